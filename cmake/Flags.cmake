@@ -1,0 +1,24 @@
+# Compiler flags through interface targets, never global: warnings as errors on our code only.
+add_library(ddplab_flags INTERFACE)
+target_compile_options(ddplab_flags INTERFACE
+  -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wno-unused-parameter -Werror)
+if(DDPLAB_SANITIZE)
+  target_compile_options(ddplab_flags INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer
+                                               -fno-sanitize-recover=undefined)
+  target_link_options(ddplab_flags INTERFACE -fsanitize=address,undefined)
+endif()
+
+# Precompiled LibTorch headers: one PCH, reused by every target (see README "Build time").
+if(DDPLAB_PCH)
+  add_library(ddplab_pch OBJECT ${PROJECT_SOURCE_DIR}/cmake/pch.cpp)
+  target_link_libraries(ddplab_pch PRIVATE ddplab_torch ddplab_flags fmt::fmt nlohmann_json::nlohmann_json)
+  target_precompile_headers(ddplab_pch PRIVATE ${PROJECT_SOURCE_DIR}/cmake/pch.h)
+endif()
+
+# ddplab_target(<name>): apply our flags and the shared PCH to one of our targets.
+function(ddplab_target name)
+  target_link_libraries(${name} PRIVATE ddplab_flags)
+  if(DDPLAB_PCH)
+    target_precompile_headers(${name} REUSE_FROM ddplab_pch)
+  endif()
+endfunction()

@@ -1,0 +1,69 @@
+// Shared lab flags with environment fallbacks, and their validation.
+#include "ddplab/options.h"
+
+#include <fmt/format.h>
+
+#include "ddplab/error.h"
+#include "ddplab/log.h"
+
+namespace ddplab {
+
+double LabOptions::effective_lr(int64_t global_batch) const {
+  return lr_scaling ? lr * static_cast<double>(global_batch) / 512.0 : lr;
+}
+
+std::string LabOptions::report_path(const std::string& lab, int rank) const {
+  if (report.empty()) return fmt::format("runs/{}/rank{}.json", lab, rank);
+  std::string p = report;
+  const auto pos = p.find("{rank}");
+  if (pos != std::string::npos) p.replace(pos, 6, std::to_string(rank));
+  return p;
+}
+
+nlohmann::json LabOptions::to_json() const {
+  return {{"data", data},           {"epochs", epochs},         {"batch", batch},
+          {"lr", lr},               {"lr_scaling", lr_scaling}, {"threads", threads},
+          {"device", device},       {"seed", seed},             {"log_every", log_every},
+          {"max_steps", max_steps}, {"train_samples", train_samples}, {"eval_samples", eval_samples}};
+}
+
+void add_lab_options(CLI::App& app, LabOptions& o) {
+  app.add_option("--data", o.data, "Data set folder written by `ddplab data gen`")->envname("DDPLAB_DATA")
+      ->capture_default_str();
+  app.add_option("--epochs", o.epochs, "Passes over the training split")->envname("DDPLAB_EPOCHS")->capture_default_str();
+  app.add_option("--batch", o.batch, "Per-rank batch size")->envname("DDPLAB_BATCH")->capture_default_str();
+  app.add_option("--lr", o.lr, "Adam learning rate at a global batch of 512")->envname("DDPLAB_LR")->capture_default_str();
+  app.add_flag("--lr-scaling,!--no-lr-scaling", o.lr_scaling, "Scale the learning rate linearly with the global batch")
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "Intra-op threads per rank")->envname("DDPLAB_THREADS")->capture_default_str();
+  app.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->envname("DDPLAB_DEVICE")->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of model initialisation and shuffling")->envname("DDPLAB_SEED")
+      ->capture_default_str();
+  app.add_option("--report", o.report, "Run report path; {rank} is replaced by the rank [runs/<lab>/rank<R>.json]")
+      ->envname("DDPLAB_REPORT");
+  app.add_option("--log-every", o.log_every, "Progress line every N steps (0: off)")->envname("DDPLAB_LOG_EVERY")
+      ->capture_default_str();
+  app.add_option("--max-steps", o.max_steps, "Stop after N training steps (0: full epochs)")->capture_default_str();
+  app.add_option("--train-samples", o.train_samples, "Use only the first N training samples (0: all)")
+      ->envname("DDPLAB_TRAIN_SAMPLES")->capture_default_str();
+  app.add_option("--eval-samples", o.eval_samples, "Evaluate on the first N test samples (0: all)")
+      ->envname("DDPLAB_EVAL_SAMPLES")->capture_default_str();
+  app.add_option("--save-model", o.save_model, "Save the final parameters to this file (rank 0)");
+  app.add_option("--log-level", o.log_level, "debug, info, warn or error")->envname("DDPLAB_LOG_LEVEL")
+      ->capture_default_str();
+}
+
+void validate(const LabOptions& o) {
+  auto fail = [](const std::string& flag, const auto& value, const char* need) {
+    throw ConfigError(fmt::format("{} {}: {}", flag, value, need));
+  };
+  if (o.epochs < 1) fail("--epochs", o.epochs, "must be at least 1");
+  if (o.batch < 1) fail("--batch", o.batch, "must be at least 1");
+  if (!(o.lr > 0.0)) fail("--lr", o.lr, "must be positive");
+  if (o.threads < 1) fail("--threads", o.threads, "must be at least 1");
+  if (o.log_every < 0) fail("--log-every", o.log_every, "must be 0 (off) or positive");
+  if (o.max_steps < 0) fail("--max-steps", o.max_steps, "must be 0 (no limit) or positive");
+  log::parse_level(o.log_level);
+}
+
+}  // namespace ddplab

@@ -1,0 +1,172 @@
+// Run report assembly, digests, and atomic writing.
+#include "ddplab/report.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "ddplab/config.h"
+#include "ddplab/data/generator.h"
+#include "ddplab/data/shard.h"
+#include "ddplab/error.h"
+#include "ddplab/memory.h"
+
+namespace ddplab {
+
+uint64_t SampleLedger::hash(uint64_t index) { return data::mix64(index ^ 0xA0761D6478BD642FULL); }
+
+void SampleLedger::add(uint64_t index) {
+  ++count_;
+  set_ += hash(index);
+  order_ = (order_ ^ hash(index)) * 0x100000001b3ULL;
+  if (head_.size() < 16) head_.push_back(index);
+}
+
+void SampleLedger::add(const std::vector<uint64_t>& indices) {
+  for (uint64_t i : indices) add(i);
+}
+
+uint64_t SampleLedger::range_set_digest(uint64_t first, uint64_t n) {
+  uint64_t s = 0;
+  for (uint64_t i = first; i < first + n; ++i) s += hash(i);
+  return s;
+}
+
+std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
+
+std::string parameter_digest(const torch::nn::Module& module) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  auto fold = [&h](const torch::Tensor& t) {
+    const torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
+    h = data::fnv1a64(c.data_ptr(), c.numel() * c.element_size(), h);
+  };
+  for (const auto& p : module.parameters()) fold(p);
+  for (const auto& b : module.buffers()) fold(b);
+  return hex64(h);
+}
+
+RunReport::RunReport(std::string lab, int rank, int world_size) {
+  j_["schema"] = kReportSchema;
+  j_["version"] = kReportVersion;
+  j_["lab"] = std::move(lab);
+  j_["rank"] = rank;
+  j_["world_size"] = world_size;
+  j_["status"] = "running";
+  j_["build"] = {{"ddplab", DDPLAB_VERSION}, {"torch", TORCH_VERSION}, {"lab_tree", DDPLAB_LAB_TREE}};
+  j_["steps"] = {{"epoch", nlohmann::json::array()}, {"loss", nlohmann::json::array()}};
+  j_["epochs"] = nlohmann::json::array();
+  j_["not_attempted"] = nlohmann::json::array();
+}
+
+void RunReport::set_config(const nlohmann::json& config) { j_["config"] = config; }
+
+void RunReport::set_device(const std::string& device, int threads) {
+  j_["device"] = device;
+  j_["threads"] = threads;
+}
+
+void RunReport::set_status(const std::string& status, const std::string& message) {
+  j_["status"] = status;
+  if (!message.empty()) j_["message"] = message;
+}
+
+void RunReport::add_not_attempted(const std::string& exercise) {
+  for (const auto& e : not_attempted_)
+    if (e == exercise) return;
+  not_attempted_.push_back(exercise);
+  j_["not_attempted"] = not_attempted_;
+}
+
+void RunReport::add_step(int64_t epoch, double loss) {
+  j_["steps"]["epoch"].push_back(epoch);
+  j_["steps"]["loss"].push_back(loss);
+}
+
+void RunReport::add_epoch(int64_t epoch, int64_t steps, const SampleLedger& ledger, double seconds) {
+  j_["epochs"].push_back({{"epoch", epoch},
+                          {"steps", steps},
+                          {"samples", ledger.count()},
+                          {"set_digest", hex64(ledger.set_digest())},
+                          {"order_digest", hex64(ledger.order_digest())},
+                          {"head", ledger.head()},
+                          {"seconds", seconds}});
+}
+
+void RunReport::set_phases(const StepTimer& timer) {
+  nlohmann::json p;
+  for (int i = 0; i < kNumPhases; ++i) p[phase_name(static_cast<Phase>(i))] = timer.total(static_cast<Phase>(i));
+  p["compute"] = timer.compute();
+  p["wall"] = timer.wall();
+  p["steps"] = timer.steps();
+  p["step_median"] = timer.steps() > 0 ? median(timer.step_seconds()) : 0.0;
+  j_["phases"] = p;
+}
+
+void RunReport::set_samples(uint64_t processed, uint64_t unique) {
+  j_["samples"] = {{"processed", processed}, {"unique", unique}};
+}
+
+void RunReport::set_params(const std::string& initial_digest, const std::string& final_digest, int64_t count) {
+  j_["params"] = {{"initial_digest", initial_digest}, {"final_digest", final_digest}, {"count", count}};
+}
+
+void RunReport::set_eval(double auc, double logloss, uint64_t samples, double teacher_auc, double teacher_logloss) {
+  j_["eval"] = {{"auc", auc},
+                {"logloss", logloss},
+                {"samples", samples},
+                {"teacher_auc", teacher_auc},
+                {"teacher_logloss", teacher_logloss}};
+}
+
+void RunReport::capture_memory() {
+  j_["memory"] = {{"peak_rss_bytes", memory::peak_rss_bytes()},
+                  {"cuda_peak_allocated_bytes", memory::cuda_peak_allocated_bytes()}};
+}
+
+void RunReport::write(const std::string& path) const { write_file_atomic(path, j_.dump(1) + "\n"); }
+
+nlohmann::json RunReport::load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(fmt::format("cannot open run report {}: {}", path, std::strerror(errno)));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(fmt::format("run report {} is not valid JSON at byte {}: {}", path, e.byte, e.what()));
+  }
+  if (!j.is_object() || j.value("schema", "") != kReportSchema) {
+    throw Error(fmt::format("{} is not a ddplab run report (schema is not '{}')", path, kReportSchema));
+  }
+  if (j.value("version", 0) != kReportVersion) {
+    throw Error(fmt::format("run report {} has version {}, this ddplab reads version {}", path,
+                            j.value("version", 0), kReportVersion));
+  }
+  return j;
+}
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  std::error_code ec;
+  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) throw Error(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
+                  ::fsync(::fileno(f)) == 0;
+  const int err = errno;
+  std::fclose(f);
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = ok ? errno : err;
+    std::remove(tmp.c_str());
+    throw Error(fmt::format("cannot write {}: {}", path, std::strerror(e)));
+  }
+}
+
+}  // namespace ddplab

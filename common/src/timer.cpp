@@ -1,0 +1,83 @@
+// Phase and step accounting for the training loop.
+#include "ddplab/timer.h"
+
+#include <algorithm>
+
+#include "ddplab/error.h"
+
+namespace ddplab {
+
+const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::kDataWait: return "data_wait";
+    case Phase::kForward: return "forward";
+    case Phase::kBackward: return "backward";
+    case Phase::kComm: return "comm";
+    case Phase::kOptimizer: return "optimizer";
+    case Phase::kCount: break;
+  }
+  return "unknown";
+}
+
+StepTimer::Scope::Scope(StepTimer& timer, Phase phase) : timer_(timer), phase_(phase), start_(Clock::now()) {}
+
+StepTimer::Scope::~Scope() {
+  timer_.sync();
+  timer_.add(phase_, std::chrono::duration<double>(Clock::now() - start_).count());
+}
+
+StepTimer::StepTimer() = default;
+
+void StepTimer::add(Phase p, double seconds) {
+  DDPLAB_CHECK(p != Phase::kCount, "StepTimer::add: not a phase");
+  totals_[static_cast<int>(p)] += seconds;
+}
+
+void StepTimer::begin_step() {
+  step_start_ = Clock::now();
+  if (!started_) {
+    first_ = step_start_;
+    started_ = true;
+  }
+  in_step_ = true;
+}
+
+void StepTimer::end_step() {
+  DDPLAB_CHECK(in_step_, "StepTimer::end_step without begin_step");
+  sync();
+  last_end_ = Clock::now();
+  steps_.push_back(std::chrono::duration<double>(last_end_ - step_start_).count());
+  in_step_ = false;
+}
+
+double StepTimer::wall() const {
+  if (!started_ || steps_.empty()) return 0.0;
+  return std::chrono::duration<double>(last_end_ - first_).count();
+}
+
+double StepTimer::compute() const {
+  return total(Phase::kForward) + total(Phase::kBackward) + total(Phase::kOptimizer);
+}
+
+void StepTimer::reset() {
+  totals_.fill(0.0);
+  steps_.clear();
+  started_ = in_step_ = false;
+}
+
+double seconds_since(StepTimer::Clock::time_point start) {
+  return std::chrono::duration<double>(StepTimer::Clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  DDPLAB_CHECK(!values.empty(), "median of an empty sample");
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
+  double m = values[mid];
+  if (values.size() % 2 == 0) {
+    m = (m + *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid))) / 2.0;
+  }
+  return m;
+}
+
+}  // namespace ddplab

@@ -1,0 +1,140 @@
+// Run report: schema fields, atomic write, load validation, sample ledger digests, parameter digest.
+#include "ddplab/report.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "ddplab/error.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("ddplab_report_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+TEST(SampleLedger, SetDigestIsOrderIndependentOrderDigestIsNot) {
+  ddplab::SampleLedger a, b;
+  a.add(std::vector<uint64_t>{1, 2, 3, 4});
+  b.add(std::vector<uint64_t>{4, 3, 2, 1});
+  EXPECT_EQ(a.set_digest(), b.set_digest());
+  EXPECT_NE(a.order_digest(), b.order_digest());
+  EXPECT_EQ(a.count(), 4u);
+  EXPECT_EQ(a.head(), (std::vector<uint64_t>{1, 2, 3, 4}));
+}
+
+TEST(SampleLedger, ShardsAddUpToTheRangeDigestOnlyWhenDisjointAndCovering) {
+  ddplab::SampleLedger r0, r1, dup;
+  for (uint64_t i = 0; i < 100; i += 2) r0.add(i);
+  for (uint64_t i = 1; i < 100; i += 2) r1.add(i);
+  EXPECT_EQ(r0.set_digest() + r1.set_digest(), ddplab::SampleLedger::range_set_digest(0, 100));
+  for (uint64_t i = 0; i < 100; ++i) dup.add(i < 50 ? i : i - 50);  // samples 0..49 twice
+  EXPECT_NE(dup.set_digest(), ddplab::SampleLedger::range_set_digest(0, 100));
+}
+
+TEST(ParameterDigest, EqualForEqualWeightsDifferentAfterAnyChange) {
+  torch::manual_seed(1);
+  torch::nn::Linear a(5, 3);
+  torch::nn::Linear b(5, 3);
+  {
+    torch::NoGradGuard g;
+    b->weight.copy_(a->weight);
+    b->bias.copy_(a->bias);
+  }
+  EXPECT_EQ(ddplab::parameter_digest(*a), ddplab::parameter_digest(*b));
+  {
+    torch::NoGradGuard g;
+    b->bias[2] += 1e-6f;
+  }
+  EXPECT_NE(ddplab::parameter_digest(*a), ddplab::parameter_digest(*b));
+  EXPECT_EQ(ddplab::parameter_digest(*a).size(), 16u);
+}
+
+TEST(RunReport, WritesVersionedReportAtomicallyAndLoadsIt) {
+  const fs::path dir = temp_dir("write");
+  ddplab::RunReport r("lab01", 1, 2);
+  r.set_config({{"batch", 512}});
+  r.add_step(0, 0.7);
+  r.add_step(0, 0.6);
+  ddplab::SampleLedger led;
+  led.add(std::vector<uint64_t>{5, 6});
+  r.add_epoch(0, 2, led, 1.5);
+  ddplab::StepTimer t;
+  t.add(ddplab::Phase::kForward, 0.5);
+  r.set_phases(t);
+  r.set_samples(1024, 1024);
+  r.add_not_attempted("01.2");
+  r.add_not_attempted("01.2");  // recorded once
+  r.set_status("not_attempted");
+  r.capture_memory();
+  const std::string path = (dir / "sub" / "rank1.json").string();
+  r.write(path);
+  // No temporary file is left behind.
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(dir / "sub")) files += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 1u);
+
+  const auto j = ddplab::RunReport::load(path);
+  EXPECT_EQ(j["schema"], "ddplab.run-report");
+  EXPECT_EQ(j["version"], 1);
+  EXPECT_EQ(j["rank"], 1);
+  EXPECT_EQ(j["world_size"], 2);
+  EXPECT_EQ(j["steps"]["loss"].size(), 2u);
+  EXPECT_EQ(j["epochs"][0]["samples"], 2);
+  EXPECT_EQ(j["epochs"][0]["set_digest"], ddplab::hex64(led.set_digest()));
+  EXPECT_DOUBLE_EQ(j["phases"]["forward"].get<double>(), 0.5);
+  EXPECT_EQ(j["not_attempted"], nlohmann::json::array({"01.2"}));
+  EXPECT_GT(j["memory"]["peak_rss_bytes"].get<uint64_t>(), 0u);
+  fs::remove_all(dir);
+}
+
+TEST(RunReport, LoadRejectsGarbageWrongSchemaAndVersion) {
+  const fs::path dir = temp_dir("load");
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  try {
+    ddplab::RunReport::load(write("garbage.json", "{\"schema\": "));
+    FAIL();
+  } catch (const ddplab::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("garbage.json is not valid JSON at byte"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ddplab::RunReport::load(write("other.json", "{\"schema\": \"x\", \"version\": 1}")), ddplab::Error);
+  try {
+    ddplab::RunReport::load(write("v9.json", "{\"schema\": \"ddplab.run-report\", \"version\": 9}"));
+    FAIL();
+  } catch (const ddplab::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has version 9"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ddplab::RunReport::load((dir / "missing.json").string()), ddplab::Error);
+  fs::remove_all(dir);
+}
+
+TEST(WriteFileAtomic, FailureNamesThePathAndLeavesNoTemporary) {
+  const fs::path dir = temp_dir("fail");
+  const fs::path blocker = dir / "file";
+  std::ofstream(blocker) << "x";
+  // A path below a regular file cannot be created.
+  const std::string bad = (blocker / "report.json").string();
+  try {
+    ddplab::write_file_atomic(bad, "{}");
+    FAIL();
+  } catch (const ddplab::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("report.json"), std::string::npos) << e.what();
+  }
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++entries;
+  EXPECT_EQ(entries, 1u);
+  fs::remove_all(dir);
+}
+
+}  // namespace

@@ -1,0 +1,81 @@
+// Phase accounting: totals per phase, step counting, cancel and reset. No wall-clock thresholds:
+// durations are injected with add() or only compared with each other.
+#include "ddplab/timer.h"
+
+#include <gtest/gtest.h>
+
+#include "ddplab/error.h"
+#include "ddplab/progress.h"
+
+namespace {
+
+TEST(StepTimer, AccumulatesPerPhase) {
+  ddplab::StepTimer t;
+  t.add(ddplab::Phase::kForward, 0.25);
+  t.add(ddplab::Phase::kForward, 0.5);
+  t.add(ddplab::Phase::kBackward, 1.0);
+  t.add(ddplab::Phase::kOptimizer, 0.125);
+  t.add(ddplab::Phase::kDataWait, 2.0);
+  EXPECT_DOUBLE_EQ(t.total(ddplab::Phase::kForward), 0.75);
+  EXPECT_DOUBLE_EQ(t.compute(), 1.875);  // data wait and comm are not compute
+  EXPECT_DOUBLE_EQ(t.total(ddplab::Phase::kComm), 0.0);
+}
+
+TEST(StepTimer, ScopesAndStepsAreCountedAndSynchronised) {
+  ddplab::StepTimer t;
+  int syncs = 0;
+  t.set_synchronizer([&] { ++syncs; });
+  for (int i = 0; i < 3; ++i) {
+    t.begin_step();
+    { auto s = t.scope(ddplab::Phase::kForward); }
+    t.end_step();
+  }
+  t.begin_step();
+  t.cancel_step();  // an abandoned step is not counted
+  EXPECT_EQ(t.steps(), 3);
+  EXPECT_EQ(syncs, 6);  // once per phase end, once per step end
+  EXPECT_GE(t.wall(), t.total(ddplab::Phase::kForward));
+  EXPECT_GT(t.total(ddplab::Phase::kForward), 0.0);
+  t.reset();
+  EXPECT_EQ(t.steps(), 0);
+  EXPECT_DOUBLE_EQ(t.wall(), 0.0);
+}
+
+TEST(StepTimer, EndWithoutBeginIsAnError) {
+  ddplab::StepTimer t;
+  EXPECT_THROW(t.end_step(), ddplab::Error);
+}
+
+TEST(PhaseName, AllNamed) {
+  EXPECT_STREQ(ddplab::phase_name(ddplab::Phase::kDataWait), "data_wait");
+  EXPECT_STREQ(ddplab::phase_name(ddplab::Phase::kComm), "comm");
+  EXPECT_STREQ(ddplab::phase_name(ddplab::Phase::kOptimizer), "optimizer");
+}
+
+TEST(Median, OddEvenAndEmpty) {
+  EXPECT_DOUBLE_EQ(ddplab::median({3, 1, 2}), 2.0);
+  EXPECT_DOUBLE_EQ(ddplab::median({4, 1, 3, 2}), 2.5);
+  EXPECT_THROW(ddplab::median({}), ddplab::Error);
+}
+
+TEST(Progress, PrintsEveryNStepsAndAtTheEnd) {
+  ddplab::Progress p(5, 2, 512);
+  EXPECT_EQ(p.update(0, 1.0), "");
+  const std::string line = p.update(1, 3.0);
+  EXPECT_NE(line.find("step 2/5"), std::string::npos) << line;
+  EXPECT_NE(line.find("loss 2.0000"), std::string::npos) << line;  // mean over the window
+  EXPECT_NE(line.find("samples/s"), std::string::npos);
+  EXPECT_NE(line.find("rss"), std::string::npos);
+  EXPECT_NE(line.find("ETA"), std::string::npos);
+  EXPECT_EQ(p.update(2, 1.0), "");
+  EXPECT_NE(p.update(3, 1.0), "");
+  EXPECT_NE(p.update(4, 1.0).find("step 5/5"), std::string::npos);  // last step always prints
+}
+
+TEST(Progress, FormatsDurations) {
+  EXPECT_EQ(ddplab::Progress::format_duration(42.2), "42s");
+  EXPECT_EQ(ddplab::Progress::format_duration(185), "3m05s");
+  EXPECT_EQ(ddplab::Progress::format_duration(3720), "1h02m");
+}
+
+}  // namespace

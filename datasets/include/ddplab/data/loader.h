@@ -1,0 +1,59 @@
+// Turns a dataset and an order of sample indices into model-ready batches of tensors. Which
+// indices a rank visits, and in what order, is the sampler's job (labs 03, 08); the loader only
+// gathers records and converts them.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "ddplab/data/shard.h"
+
+namespace ddplab::data {
+
+/// One mini-batch. rows are global embedding rows (kOffset[f] + id), ready for an embedding bag.
+struct Batch {
+  torch::Tensor dense;            ///< [B, 13] float32
+  torch::Tensor rows;             ///< [B, 26] int64
+  torch::Tensor labels;           ///< [B] float32, 0 or 1
+  std::vector<uint64_t> indices;  ///< dataset index of each sample, in batch order
+  int64_t size() const { return static_cast<int64_t>(indices.size()); }
+};
+
+/// Gathers samples ds[order[i]] into a batch on the CPU (pinned when `pin` is set, for a fast
+/// copy to a GPU). Throws DataError if an index is out of range.
+Batch make_batch(const Dataset& ds, const uint64_t* order, size_t count, bool pin = false);
+/// Converts samples already in memory (e.g. straight from the Generator) into a batch; their
+/// indices are first_index, first_index + 1, ...
+Batch make_batch(const Sample* samples, size_t count, uint64_t first_index);
+
+/// Iterates `order` in consecutive batches of `batch_size`; the last batch may be smaller unless
+/// drop_last is set.
+class BatchLoader {
+ public:
+  BatchLoader(const Dataset& ds, std::vector<uint64_t> order, int64_t batch_size,
+              torch::Device device = torch::kCPU, bool drop_last = false);
+  /// Fills `out` with the next batch (moved to the device); false at the end of the order.
+  bool next(Batch& out);
+  /// Number of batches in one pass.
+  int64_t num_batches() const;
+  const std::vector<uint64_t>& order() const noexcept { return order_; }
+
+ private:
+  const Dataset& ds_;
+  std::vector<uint64_t> order_;
+  int64_t batch_size_;
+  torch::Device device_;
+  bool drop_last_;
+  size_t pos_ = 0;
+};
+
+/// 0, 1, ..., n-1.
+std::vector<uint64_t> sequential_order(uint64_t n);
+/// A permutation of 0..n-1 determined by (seed, epoch) alone: the same on every rank and every
+/// machine (std::shuffle is not portable across standard libraries, so this is a Fisher-Yates
+/// over the kit's own mix64-based generator).
+std::vector<uint64_t> shuffled_order(uint64_t n, uint64_t seed, uint64_t epoch);
+
+}  // namespace ddplab::data

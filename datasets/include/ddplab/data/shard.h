@@ -1,0 +1,159 @@
+// The binary shard format and the data set directory: versioned header, fixed 160-byte records,
+// FNV-1a checksum; memory-mapped reader with random access by global index.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddplab/data/schema.h"
+
+namespace ddplab::data {
+
+/// Shard file header (64 bytes, little-endian), followed by `count` Sample records.
+struct ShardHeader {
+  char magic[8];            ///< "DDPLSHRD"
+  uint32_t version;         ///< kShardVersion
+  uint32_t record_size;     ///< sizeof(Sample) = 160
+  uint32_t num_dense;       ///< 13
+  uint32_t num_sparse;      ///< 26
+  uint64_t first_index;     ///< generator index of record 0
+  uint64_t count;           ///< number of records
+  uint64_t seed;            ///< data seed
+  uint64_t checksum;        ///< FNV-1a 64 over the record bytes
+  uint64_t reserved;        ///< 0
+};
+static_assert(sizeof(ShardHeader) == 64, "shard header is 64 bytes");
+inline constexpr uint32_t kShardVersion = 1;
+inline constexpr char kShardMagic[8] = {'D', 'D', 'P', 'L', 'S', 'H', 'R', 'D'};
+
+/// FNV-1a 64-bit hash, continued from `h`.
+uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ULL);
+
+/// What `ddplab data gen` writes next to the shards (meta.json).
+struct Metadata {
+  int version = 1;
+  uint64_t seed = 1;
+  uint64_t train_count = 0;
+  uint64_t test_count = 0;
+  uint64_t shard_size = 0;           ///< records per shard (the last may hold fewer)
+  double teacher_bias = 0.0;
+  double teacher_test_auc = 0.0;     ///< the teacher's exact AUC on the test split
+  double teacher_test_logloss = 0.0; ///< the teacher's log-loss on the test split
+  double train_click_rate = 0.0;
+  double test_click_rate = 0.0;
+  std::vector<std::string> train_shards;   ///< file names relative to the directory
+  std::vector<std::string> test_shards;
+};
+
+/// Reads and validates DIR/meta.json; throws DataError naming the file on any problem.
+Metadata read_metadata(const std::string& dir);
+/// Writes DIR/meta.json atomically (temporary name, then rename).
+void write_metadata(const std::string& dir, const Metadata& meta);
+
+/// Writes records to `path` atomically: to path + ".tmp", fsync, then rename; a shard either
+/// exists complete or not at all.
+void write_shard(const std::string& path, uint64_t seed, uint64_t first_index, const Sample* records,
+                 uint64_t count);
+
+/// One memory-mapped shard, header validated at open (magic, version, layout, size).
+class ShardReader {
+ public:
+  /// verify_checksum makes it a full read: verify_records(), then verify_checksum(); otherwise only
+  /// the header and the file size are checked.
+  explicit ShardReader(const std::string& path, bool verify_checksum = false);
+  ~ShardReader();
+  ShardReader(ShardReader&&) noexcept;
+  ShardReader& operator=(ShardReader&&) noexcept;
+  ShardReader(const ShardReader&) = delete;
+  ShardReader& operator=(const ShardReader&) = delete;
+
+  const ShardHeader& header() const noexcept { return *header_; }
+  uint64_t size() const noexcept { return header_->count; }
+  const Sample& operator[](uint64_t i) const noexcept { return records_[i]; }
+  const Sample* data() const noexcept { return records_; }
+  const std::string& path() const noexcept { return path_; }
+  /// Recomputes the checksum; throws DataError naming the file if it differs.
+  void verify_checksum() const;
+  /// Checks every record's fields (label 0/1, dense in [0, log1p(1e6)], ids below their
+  /// cardinality); throws DataError naming the file and the byte offset of the first bad field.
+  void verify_records() const;
+
+ private:
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_size_ = 0;
+  const ShardHeader* header_ = nullptr;
+  const Sample* records_ = nullptr;
+};
+
+enum class Split { kTrain, kTest };
+const char* split_name(Split s);
+
+/// One split of a generated data set: all its shards, random access by global index 0..size()-1.
+class Dataset {
+ public:
+  /// Opens DIR (meta.json + shards). Throws DataError naming the file for anything missing or bad:
+  /// besides each shard's own checks, its seed, first index and count must match meta.json.
+  /// verify_checksums makes every shard a full read (ShardReader's verify_checksum).
+  Dataset(const std::string& dir, Split split, bool verify_checksums = false);
+  uint64_t size() const noexcept { return size_; }
+  const Sample& operator[](uint64_t i) const;
+  const Metadata& metadata() const noexcept { return meta_; }
+  const std::string& dir() const noexcept { return dir_; }
+  Split split() const noexcept { return split_; }
+  const std::vector<ShardReader>& shards() const noexcept { return shards_; }
+
+ private:
+  std::string dir_;
+  Split split_;
+  Metadata meta_;
+  std::vector<ShardReader> shards_;
+  std::vector<uint64_t> starts_;  ///< global index of each shard's record 0
+  uint64_t size_ = 0;
+};
+
+/// Options of `ddplab data gen`.
+struct GenerateOptions {
+  std::string out_dir;
+  uint64_t train = 1000000;
+  uint64_t test = 100000;
+  uint64_t seed = 1;
+  uint64_t shard_size = 262144;
+  int threads = 0;  ///< 0: all hardware threads
+};
+
+/// Result of generation, for the caller to report.
+struct GenerateResult {
+  Metadata meta;
+  double seconds = 0.0;          ///< wall time of sample generation and writing
+  double samples_per_s_per_thread = 0.0;  ///< (train + test) / (seconds * threads)
+  int threads = 1;               ///< generator threads (writing runs on extra threads, mostly in I/O)
+  double fill_samples_per_s_per_thread = 0.0;  ///< the generator alone: samples / CPU seconds in fill
+  double write_seconds = 0.0;    ///< summed wall time of the shard writes (hash, write, fsync), overlapped
+  double setup_seconds = 0.0;    ///< building the generator (teacher, bias calibration), not timed above
+  double metrics_seconds = 0.0;  ///< reading the test split back for the teacher metrics
+};
+
+/// Generates both splits into opts.out_dir. Each shard is written atomically; meta.json is written
+/// last, so a directory without it is an interrupted generation. `teacher_metrics` computes
+/// (auc, logloss) from teacher probabilities and labels (common/'s exact metrics, passed in because
+/// datasets/ does not depend on common/).
+using TeacherMetricsFn = std::function<std::pair<double, double>(const std::vector<float>& probs,
+                                                                 const std::vector<float>& labels)>;
+GenerateResult generate(const GenerateOptions& opts, const TeacherMetricsFn& teacher_metrics);
+
+/// Per-split statistics for `ddplab data stats`.
+struct SplitStats {
+  uint64_t count = 0;
+  double click_rate = 0.0;
+  std::vector<double> dense_mean;         ///< [13]
+  std::vector<double> dense_std;          ///< [13]
+  std::vector<uint64_t> distinct_ids;     ///< [26]
+  std::vector<double> top_id_share;       ///< [26] share of the most frequent id (id 0 under Zipf)
+};
+SplitStats compute_stats(const Dataset& ds);
+
+}  // namespace ddplab::data

@@ -1,0 +1,15 @@
+// Registration functions of the `ddplab` subcommands, one per file (tools/<name>.cpp).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace ddplab::tools {
+
+void setup_data(CLI::App& app);    // data gen | verify | stats
+void setup_doctor(CLI::App& app);  // doctor
+void setup_bench(CLI::App& app);   // bench train
+
+/// Exit status the process returns after a subcommand ran (a benchmark that missed its target: 1).
+int& exit_status();
+
+}  // namespace ddplab::tools

@@ -1,0 +1,144 @@
+// `ddplab data gen | verify | stats`: make the ctr-small data set, check it byte by byte, and show
+// what is in it. gen is also the generator's benchmark: it prints OK/FAILED against the rate
+// target but keeps exit status 0, since the data it wrote is good either way.
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "ddplab/data/schema.h"
+#include "ddplab/data/shard.h"
+#include "ddplab/metrics.h"
+
+namespace ddplab::tools {
+
+namespace {
+
+namespace d = ddplab::data;
+
+// Generation target, samples/s per thread (also quoted in the `data gen` help text).
+constexpr double kTargetRatePerThread = 500000.0;
+
+struct GenOptions {
+  d::GenerateOptions gen;
+};
+
+struct VerifyOptions {
+  std::string dir;
+};
+
+struct StatsOptions {
+  std::string dir;
+};
+
+void run_gen(const GenOptions& o) {
+  const d::GenerateOptions& g = o.gen;
+  fmt::print("ddplab data gen: {} train + {} test samples, seed {}, shards of {} records -> {}\n", g.train, g.test,
+             g.seed, g.shard_size, g.out_dir);
+  const d::GenerateResult r = d::generate(g, [](const std::vector<float>& probs, const std::vector<float>& labels) {
+    return std::make_pair(metrics::exact_auc(probs, labels), metrics::log_loss(probs, labels));
+  });
+  const d::Metadata& m = r.meta;
+  const bool ok = r.samples_per_s_per_thread >= kTargetRatePerThread;
+  fmt::print("  generator setup        {:.3f} s (teacher and bias calibration, not timed below)\n",
+             r.setup_seconds);
+  fmt::print("  threads                {} generating (shard writes overlap on their own threads)\n", r.threads);
+  fmt::print("  generate + write       {:.3f} s (writes: {:.3f} s in all, hash + write + fsync)\n", r.seconds,
+             r.write_seconds);
+  fmt::print("  samples/s per thread   {:.0f} (target >= {:.0f}) {}\n", r.samples_per_s_per_thread,
+             kTargetRatePerThread, ok ? "OK" : "FAILED");
+  fmt::print("  generator alone        {:.0f} samples per CPU second in fill (excludes waiting and I/O)\n",
+             r.fill_samples_per_s_per_thread);
+  fmt::print("  teacher bias           {:.4f}\n", m.teacher_bias);
+  fmt::print("  teacher test AUC       {:.4f}\n", m.teacher_test_auc);
+  fmt::print("  teacher test log-loss  {:.4f}\n", m.teacher_test_logloss);
+  fmt::print("  click rate             train {:.4f}, test {:.4f}\n", m.train_click_rate, m.test_click_rate);
+  fmt::print("wrote {} train and {} test shards and meta.json to {}\n", m.train_shards.size(), m.test_shards.size(),
+             g.out_dir);
+  fmt::print("generation rate: {}\n", ok ? "OK" : "FAILED");
+}
+
+void run_verify(const VerifyOptions& o) {
+  // Dataset with verify_checksums is the full check: header, size, every record's fields, the
+  // checksum, and each shard's seed and first index against meta.json. Any failure throws a
+  // DataError naming the file (and offset), which main() prints with exit status 1.
+  uint64_t shards = 0;
+  uint64_t samples = 0;
+  uint64_t seed = 0;
+  for (const d::Split split : {d::Split::kTrain, d::Split::kTest}) {
+    const d::Dataset ds(o.dir, split, /*verify_checksums=*/true);
+    for (const d::ShardReader& s : ds.shards()) {
+      fmt::print("OK  {:<6} {}  {} records from index {}, checksum {:016x}\n", d::split_name(split), s.path(),
+                 s.size(), s.header().first_index, s.header().checksum);
+    }
+    shards += ds.shards().size();
+    samples += ds.size();
+    seed = ds.metadata().seed;
+  }
+  fmt::print("OK: {}: {} shards, {} samples, seed {}; headers, records and checksums are valid\n", o.dir, shards,
+             samples, seed);
+}
+
+void run_stats(const StatsOptions& o) {
+  const d::Dataset train(o.dir, d::Split::kTrain);
+  const d::Dataset test(o.dir, d::Split::kTest);
+  const d::SplitStats tr = d::compute_stats(train);
+  const d::SplitStats te = d::compute_stats(test);
+  const d::Metadata& m = train.metadata();
+  fmt::print("data set {} (seed {}; teacher bias {:.4f}, test AUC {:.4f}, log-loss {:.4f})\n\n", o.dir, m.seed,
+             m.teacher_bias, m.teacher_test_auc, m.teacher_test_logloss);
+  fmt::print("{:<8}{:>12}{:>12}\n", "split", "count", "click rate");
+  fmt::print("{:<8}{:>12}{:>12.4f}\n", "train", tr.count, tr.click_rate);
+  fmt::print("{:<8}{:>12}{:>12.4f}\n\n", "test", te.count, te.click_rate);
+
+  fmt::print("dense inputs log1p(x_j):\n");
+  fmt::print("{:<8}{:>12}{:>12}{:>12}{:>12}\n", "j", "train mean", "train std", "test mean", "test std");
+  for (int j = 0; j < d::kNumDense; ++j) {
+    fmt::print("{:<8}{:>12.4f}{:>12.4f}{:>12.4f}{:>12.4f}\n", j, tr.dense_mean[j], tr.dense_std[j],
+               te.dense_mean[j], te.dense_std[j]);
+  }
+  fmt::print("\ncategorical fields (top-id share: fraction of samples with the most frequent id):\n");
+  fmt::print("{:<8}{:>12}{:>16}{:>16}{:>16}{:>16}\n", "field", "cardinality", "train distinct", "train top share",
+             "test distinct", "test top share");
+  for (int f = 0; f < d::kNumSparse; ++f) {
+    fmt::print("{:<8}{:>12}{:>16}{:>16.4f}{:>16}{:>16.4f}\n", f, d::kCardinality[f], tr.distinct_ids[f],
+               tr.top_id_share[f], te.distinct_ids[f], te.top_id_share[f]);
+  }
+}
+
+}  // namespace
+
+void setup_data(CLI::App& app) {
+  CLI::App* data = app.add_subcommand("data", "Generate, verify and summarise the ctr-small data set");
+  data->require_subcommand(1);
+
+  auto gen_opts = std::make_shared<GenOptions>();
+  CLI::App* gen = data->add_subcommand(
+      "gen", "Generate the data set (shared/workload.md); also benchmarks the generator (target 500k samples/s/thread)");
+  gen->add_option("--out", gen_opts->gen.out_dir, "Output directory")->required();
+  gen->add_option("--train", gen_opts->gen.train, "Training samples (indices [0, N))")->capture_default_str();
+  gen->add_option("--test", gen_opts->gen.test, "Test samples (indices [2^32, 2^32 + M))")->capture_default_str();
+  gen->add_option("--seed", gen_opts->gen.seed, "Data seed")->capture_default_str();
+  gen->add_option("--shard-size", gen_opts->gen.shard_size, "Records per shard")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  gen->add_option("--threads", gen_opts->gen.threads, "Generator threads (0: all hardware threads)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  gen->callback([gen_opts] { run_gen(*gen_opts); });
+
+  auto verify_opts = std::make_shared<VerifyOptions>();
+  CLI::App* verify = data->add_subcommand(
+      "verify", "Check every shard of a data set: header, size, record fields and checksum");
+  verify->add_option("DIR", verify_opts->dir, "Data set directory")->required();
+  verify->callback([verify_opts] { run_verify(*verify_opts); });
+
+  auto stats_opts = std::make_shared<StatsOptions>();
+  CLI::App* stats = data->add_subcommand("stats", "Print per-split statistics of a data set");
+  stats->add_option("DIR", stats_opts->dir, "Data set directory")->required();
+  stats->callback([stats_opts] { run_stats(*stats_opts); });
+}
+
+}  // namespace ddplab::tools
