@@ -22,3 +22,13 @@ function(ddplab_target name)
     target_precompile_headers(${name} REUSE_FROM ddplab_pch)
   endif()
 endfunction()
+
+# ddplab_add_gtest(<target> LABELS ...): one ctest entry per GoogleTest binary. Every process that
+# links LibTorch spends ~2 s relocating it at start-up, so one entry per test case (gtest_discover_
+# tests) would spend minutes of a CI run on loading alone; the binary's own output names the
+# failing cases.
+function(ddplab_add_gtest target)
+  cmake_parse_arguments(T "" "" "LABELS" ${ARGN})
+  add_test(NAME ${target} COMMAND ${target} --gtest_color=no)
+  set_tests_properties(${target} PROPERTIES LABELS "${T_LABELS}" TIMEOUT 600)
+endfunction()

@@ -29,6 +29,7 @@ struct BenchTrainOptions {
   int64_t min_steps = 30;
   double min_seconds = 5.0;
   double target = 0.20;  ///< required fraction of the single-thread SGEMM peak (per thread)
+  bool tune_allocator = true;
   std::string json;
 };
 
@@ -56,6 +57,7 @@ int run_bench_train(const BenchTrainOptions& o) {
   const torch::Device device = sys::parse_device(o.device);
   const double peak = device.is_cpu() ? sys::measure_sgemm_gflops(1.0) : 0.0;
   sys::configure_threads(o.threads);
+  if (o.tune_allocator) sys::tune_allocator();
   torch::manual_seed(0);
 
   const auto batches = synthetic_batches(o.batch, 16, device);
@@ -95,8 +97,9 @@ int run_bench_train(const BenchTrainOptions& o) {
   const double fraction = peak > 0 ? gflops / (peak * o.threads) : 0.0;
   const bool ok = device.is_cpu() ? fraction >= o.target : true;
 
-  fmt::print("bench train: DeepFM (3,338,913 params), batch {}, {} thread(s), device {}, {} steps after {} warm-up\n",
-             o.batch, o.threads, device.str(), timer.steps(), o.warmup);
+  fmt::print("bench train: DeepFM (3,338,913 params), batch {}, {} thread(s), device {}, {} steps after {} warm-up{}\n",
+             o.batch, o.threads, device.str(), timer.steps(), o.warmup,
+             o.tune_allocator ? "" : ", glibc malloc defaults");
   fmt::print("  step time (median)   {:8.2f} ms\n", step_median * 1e3);
   fmt::print("  throughput           {:8.0f} samples/s\n", samples_per_s);
   fmt::print("  dense-layer FLOPs    {:8.2f} MFLOP/sample -> {:.1f} GFLOP/s achieved\n",
@@ -141,6 +144,9 @@ void setup_bench(CLI::App& app) {
   train->add_option("--min-steps", o->min_steps, "Minimum timed steps")->capture_default_str();
   train->add_option("--min-seconds", o->min_seconds, "Minimum timed seconds")->capture_default_str();
   train->add_option("--target", o->target, "Required fraction of threads x single-thread SGEMM peak")
+      ->capture_default_str();
+  train->add_flag("--tune-allocator,!--no-tune-allocator", o->tune_allocator,
+                  "Keep freed memory in the process (glibc defaults page-fault every step)")
       ->capture_default_str();
   train->add_option("--json", o->json, "Also write the figures to this JSON file");
   train->callback([o] { exit_status() = run_bench_train(*o); });

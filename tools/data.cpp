@@ -3,6 +3,8 @@
 // target but keeps exit status 0, since the data it wrote is good either way.
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -18,8 +20,20 @@ namespace {
 
 namespace d = ddplab::data;
 
-// Generation target, samples/s per thread (also quoted in the `data gen` help text).
+// Generation target in samples/s per thread, where that rate is (train + test samples) / (wall
+// seconds of generating and writing x generator threads): the disk counts, the setup does not.
 constexpr double kTargetRatePerThread = 500000.0;
+
+// A whole number >= min; CLI11's own range checks print the bound as a 300-digit double.
+CLI::Validator at_least(uint64_t min) {
+  return CLI::Validator(
+      [min](std::string& value) {
+        const bool digits = !value.empty() && value.find_first_not_of("0123456789") == std::string::npos;
+        if (digits && value.size() < 20 && std::stoull(value) >= min) return std::string();
+        return fmt::format("{} is not a whole number >= {}", value, min);
+      },
+      "");  // no type decoration in --help: the option texts say what is allowed
+}
 
 struct GenOptions {
   d::GenerateOptions gen;
@@ -44,9 +58,10 @@ void run_gen(const GenOptions& o) {
   const bool ok = r.samples_per_s_per_thread >= kTargetRatePerThread;
   fmt::print("  generator setup        {:.3f} s (teacher and bias calibration, not timed below)\n",
              r.setup_seconds);
-  fmt::print("  threads                {} generating (shard writes overlap on their own threads)\n", r.threads);
-  fmt::print("  generate + write       {:.3f} s (writes: {:.3f} s in all, hash + write + fsync)\n", r.seconds,
-             r.write_seconds);
+  fmt::print("  threads                {}\n", r.threads);
+  fmt::print("  generate + write       {:.3f} s (of which hashing, writing and fsync: {:.3f} s summed over "
+             "threads, fsync overlapped)\n",
+             r.seconds, r.write_seconds);
   fmt::print("  samples/s per thread   {:.0f} (target >= {:.0f}) {}\n", r.samples_per_s_per_thread,
              kTargetRatePerThread, ok ? "OK" : "FAILED");
   fmt::print("  generator alone        {:.0f} samples per CPU second in fill (excludes waiting and I/O)\n",
@@ -100,10 +115,10 @@ void run_stats(const StatsOptions& o) {
                te.dense_mean[j], te.dense_std[j]);
   }
   fmt::print("\ncategorical fields (top-id share: fraction of samples with the most frequent id):\n");
-  fmt::print("{:<8}{:>12}{:>16}{:>16}{:>16}{:>16}\n", "field", "cardinality", "train distinct", "train top share",
+  fmt::print("{:<8}{:>12}{:>17}{:>17}{:>17}{:>17}\n", "field", "cardinality", "train distinct", "train top share",
              "test distinct", "test top share");
   for (int f = 0; f < d::kNumSparse; ++f) {
-    fmt::print("{:<8}{:>12}{:>16}{:>16.4f}{:>16}{:>16.4f}\n", f, d::kCardinality[f], tr.distinct_ids[f],
+    fmt::print("{:<8}{:>12}{:>17}{:>17.4f}{:>17}{:>17.4f}\n", f, d::kCardinality[f], tr.distinct_ids[f],
                tr.top_id_share[f], te.distinct_ids[f], te.top_id_share[f]);
   }
 }
@@ -118,15 +133,19 @@ void setup_data(CLI::App& app) {
   CLI::App* gen = data->add_subcommand(
       "gen", "Generate the data set (shared/workload.md); also benchmarks the generator (target 500k samples/s/thread)");
   gen->add_option("--out", gen_opts->gen.out_dir, "Output directory")->required();
-  gen->add_option("--train", gen_opts->gen.train, "Training samples (indices [0, N))")->capture_default_str();
-  gen->add_option("--test", gen_opts->gen.test, "Test samples (indices [2^32, 2^32 + M))")->capture_default_str();
-  gen->add_option("--seed", gen_opts->gen.seed, "Data seed")->capture_default_str();
-  gen->add_option("--shard-size", gen_opts->gen.shard_size, "Records per shard")
+  gen->add_option("--train", gen_opts->gen.train, "Training samples (indices [0, N))")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  gen->add_option("--threads", gen_opts->gen.threads, "Generator threads (0: all hardware threads)")
+      ->check(at_least(1));
+  gen->add_option("--test", gen_opts->gen.test, "Test samples (indices [2^32, 2^32 + M))")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(1));
+  gen->add_option("--seed", gen_opts->gen.seed, "Data seed")->capture_default_str()->check(at_least(0));
+  gen->add_option("--shard-size", gen_opts->gen.shard_size, "Records per shard (the last may hold fewer)")
+      ->capture_default_str()
+      ->check(at_least(1));
+  gen->add_option("--threads", gen_opts->gen.threads, "Generator threads, at most one per shard (0: all hardware threads)")
+      ->capture_default_str()
+      ->check(at_least(0));
   gen->callback([gen_opts] { run_gen(*gen_opts); });
 
   auto verify_opts = std::make_shared<VerifyOptions>();

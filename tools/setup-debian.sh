@@ -14,7 +14,6 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   doxygen
   openmpi-bin             # mpirun, to show that labs run under other launchers
-  ccache                  # makes the second lab tree's build (and rebuilds) cheap
 )
 ARCH_DIR=/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
 OPENBLAS_BLAS=$ARCH_DIR/openblas-openmp/libblas.so.3

@@ -3,10 +3,12 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <malloc.h>
 #include <sched.h>
 
 #include <chrono>
 #include <climits>
+#include <limits>
 #include <cstdlib>
 #include <filesystem>
 
@@ -39,6 +41,14 @@ void configure_threads(int threads) {
   if (threads < 1) throw ConfigError(fmt::format("--threads must be at least 1, got {}", threads));
   torch::set_num_threads(threads);
   if (auto set = find_symbol<void (*)(int)>("openblas_set_num_threads")) set(threads);
+}
+
+void tune_allocator() {
+  // Fixed thresholds also switch off glibc's dynamic threshold, which otherwise keeps
+  // unmapping blocks larger than the last one freed.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);          // serve blocks up to 1 GiB from the heap
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());  // never give the heap top back
+  mallopt(M_TOP_PAD, 64 << 20);                // grow the heap in 64 MiB steps
 }
 
 BlasInfo blas_info() {

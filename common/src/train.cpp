@@ -19,6 +19,7 @@ LabRun::LabRun(std::string lab, LabOptions opts)
   validate(opts_);
   log::set_level(log::parse_level(opts_.log_level));
   sys::configure_threads(opts_.threads);
+  sys::tune_allocator();
   device_ = sys::parse_device(opts_.device);
   torch::manual_seed(opts_.seed);
   if (device_.is_cuda()) timer_.set_synchronizer([] { torch::cuda::synchronize(); });

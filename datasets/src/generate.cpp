@@ -5,9 +5,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <exception>
 #include <filesystem>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <regex>
@@ -42,17 +42,17 @@ std::vector<ShardJob> plan_split(const char* prefix, uint64_t base, uint64_t tot
   return jobs;
 }
 
-// Runs fn(job) for every job on `threads` threads; the first exception stops the others from
-// taking new jobs and is rethrown here.
+// Runs fn(job, thread) for every job on `threads` threads; the first exception stops the others
+// from taking new jobs and is rethrown here.
 template <typename Fn>
 void run_jobs(size_t jobs, int threads, Fn fn) {
   std::atomic<size_t> next{0};
   std::exception_ptr error;
   std::mutex error_mu;
-  auto worker = [&] {
+  auto worker = [&](int t) {
     for (size_t j = next++; j < jobs; j = next++) {
       try {
-        fn(j);
+        fn(j, t);
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mu);
         if (!error) error = std::current_exception();
@@ -61,8 +61,8 @@ void run_jobs(size_t jobs, int threads, Fn fn) {
     }
   };
   std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker, t);
+  worker(0);
   for (auto& th : pool) th.join();
   if (error) std::rethrow_exception(error);
 }
@@ -77,143 +77,6 @@ int64_t thread_cpu_ns() {
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
-
-// Generates shards chunk by chunk on all generator threads, in shard order, and writes each shard
-// on its own writer thread as soon as its last chunk is done. So every thread has work until the
-// end (shards need not divide evenly among threads), and hashing, writing and fsync overlap the
-// generation of the next shards instead of stalling a generator. At most `max_buffers` shard
-// buffers exist at once: when the disk is slower than the generators, they wait for a buffer.
-class ShardPipeline {
- public:
-  static constexpr uint64_t kChunk = 16384;  // samples per work item: 2.6 MB, ~20 ms of work
-
-  ShardPipeline(const Generator& gen, const std::string& dir, uint64_t seed, const std::vector<ShardJob>& jobs,
-                uint64_t shard_size, int threads)
-      : gen_(gen), dir_(dir), seed_(seed), jobs_(jobs), threads_(threads),
-        shards_(jobs.size()) {
-    for (size_t s = 0; s < jobs.size(); ++s) {
-      buffer_records_ = std::max(buffer_records_, jobs[s].count);
-      for (uint64_t off = 0; off < jobs[s].count; off += kChunk) {
-        chunks_.push_back({s, off, std::min(kChunk, jobs[s].count - off)});
-        ++shards_[s].chunks_left;
-      }
-    }
-    const uint64_t chunks_per_shard = (shard_size + kChunk - 1) / kChunk;
-    max_buffers_ = std::min<size_t>(jobs.size(), threads / chunks_per_shard + 3);
-  }
-
-  // Runs to completion; rethrows the first error of any generator or writer thread.
-  void run() {
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads_; ++t) pool.emplace_back([this] { generate_loop(); });
-    generate_loop();
-    for (auto& th : pool) th.join();
-    for (auto& th : writers_) th.join();  // generators are done: nobody adds writers any more
-    if (error_) std::rethrow_exception(error_);
-  }
-
-  uint64_t positives(size_t shard) const { return shards_[shard].positives; }
-  double fill_cpu_seconds() const { return fill_ns_ * 1e-9; }
-  double write_seconds() const { return write_ns_ * 1e-9; }
-
- private:
-  struct Chunk {
-    size_t shard;
-    uint64_t offset;
-    uint64_t count;
-  };
-  struct Shard {
-    std::atomic<size_t> chunks_left{0};
-    std::atomic<uint64_t> positives{0};
-    Sample* buf = nullptr;  // guarded by mu_
-  };
-
-  void generate_loop() {
-    try {
-      for (size_t c = next_++; c < chunks_.size() && !failed_; c = next_++) {
-        const Chunk& ch = chunks_[c];
-        Sample* buf = acquire(ch.shard);
-        if (buf == nullptr) return;  // another thread failed
-        const int64_t t0 = thread_cpu_ns();
-        gen_.fill(jobs_[ch.shard].first_index + ch.offset, ch.count, buf + ch.offset);
-        fill_ns_ += thread_cpu_ns() - t0;
-        uint64_t pos = 0;
-        for (uint64_t k = 0; k < ch.count; ++k) pos += buf[ch.offset + k].label;
-        shards_[ch.shard].positives += pos;
-        if (--shards_[ch.shard].chunks_left == 0) start_writer(ch.shard, buf);
-      }
-    } catch (...) {
-      fail(std::current_exception());
-    }
-  }
-
-  // The shard's buffer, taking a free one (or allocating) the first time the shard is touched.
-  Sample* acquire(size_t shard) {
-    std::unique_lock<std::mutex> lock(mu_);
-    Shard& s = shards_[shard];
-    cv_.wait(lock, [&] { return s.buf != nullptr || failed_ || in_use_ < max_buffers_; });
-    if (failed_) return nullptr;
-    if (s.buf == nullptr) {
-      if (free_.empty()) {
-        // new[] leaves the records uninitialised: fill() writes every byte of them.
-        owned_.emplace_back(new Sample[buffer_records_]);
-        free_.push_back(owned_.back().get());
-      }
-      s.buf = free_.back();
-      free_.pop_back();
-      ++in_use_;
-    }
-    return s.buf;
-  }
-
-  void start_writer(size_t shard, Sample* buf) {
-    std::lock_guard<std::mutex> lock(mu_);
-    writers_.emplace_back([this, shard, buf] {
-      try {
-        const auto t0 = std::chrono::steady_clock::now();
-        const ShardJob& job = jobs_[shard];
-        write_shard((fs::path(dir_) / job.name).string(), seed_, job.first_index, buf, job.count);
-        write_ns_ += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
-                         .count();
-      } catch (...) {
-        fail(std::current_exception());
-      }
-      std::lock_guard<std::mutex> guard(mu_);
-      free_.push_back(buf);
-      shards_[shard].buf = nullptr;
-      --in_use_;
-      cv_.notify_all();
-    });
-  }
-
-  void fail(std::exception_ptr e) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!error_) error_ = e;
-    failed_ = true;
-    cv_.notify_all();
-  }
-
-  const Generator& gen_;
-  const std::string& dir_;
-  const uint64_t seed_;
-  const std::vector<ShardJob>& jobs_;
-  const int threads_;
-  uint64_t buffer_records_ = 0;
-  std::vector<Chunk> chunks_;
-  std::vector<Shard> shards_;
-  size_t max_buffers_ = 1;
-  std::atomic<size_t> next_{0};
-  std::atomic<bool> failed_{false};
-  std::atomic<int64_t> fill_ns_{0};
-  std::atomic<int64_t> write_ns_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<Sample[]>> owned_;  // every buffer ever allocated
-  std::vector<Sample*> free_;
-  size_t in_use_ = 0;
-  std::vector<std::thread> writers_;
-  std::exception_ptr error_;
-};
 
 }  // namespace
 
@@ -241,6 +104,11 @@ GenerateResult generate(const GenerateOptions& opts, const TeacherMetricsFn& tea
   const std::vector<ShardJob> test_jobs = plan_split("test", kTestBase, opts.test, opts.shard_size);
   std::vector<ShardJob> jobs = train_jobs;
   jobs.insert(jobs.end(), test_jobs.begin(), test_jobs.end());
+  // Threads take shards in this order; largest first keeps the last thread to finish from
+  // starting a full shard while the others idle (the short last train and test shards go last).
+  std::vector<size_t> order(jobs.size());
+  for (size_t j = 0; j < order.size(); ++j) order[j] = j;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return jobs[a].count > jobs[b].count; });
 
   // Shards of an earlier, larger data set (and leftover temporaries) would only confuse a reader.
   std::set<std::string> planned;
@@ -258,21 +126,56 @@ GenerateResult generate(const GenerateOptions& opts, const TeacherMetricsFn& tea
 
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int requested = opts.threads > 0 ? opts.threads : hw;
-  uint64_t work_items = 0;  // more threads than chunks would only idle
-  for (const auto& j : jobs) work_items += (j.count + ShardPipeline::kChunk - 1) / ShardPipeline::kChunk;
-  const int threads = static_cast<int>(std::clamp<uint64_t>(requested, 1, work_items));
+  const int threads = std::clamp(requested, 1, static_cast<int>(jobs.size()));  // a shard per thread
   result.threads = threads;
 
+  // Each thread streams its shard through one small buffer that stays in cache and never
+  // page-faults again, appending (hash + write) chunk by chunk; fsync and rename then run on their
+  // own thread while the generator moves on to its next shard.
+  constexpr uint64_t kChunk = 8192;  // 1.3 MB
+  std::vector<std::unique_ptr<Sample[]>> buffers(threads);
+  std::vector<uint64_t> positives(jobs.size(), 0);
+  std::atomic<int64_t> fill_ns{0};
+  std::atomic<int64_t> write_ns{0};
+  std::mutex commits_mu;
+  std::vector<std::future<void>> commits;
   const auto t_gen = std::chrono::steady_clock::now();
-  ShardPipeline pipeline(gen, dir, opts.seed, jobs, opts.shard_size, threads);
-  pipeline.run();
+  try {
+    run_jobs(jobs.size(), threads, [&](size_t nth, int t) {
+      const size_t j = order[nth];
+      if (!buffers[t]) buffers[t].reset(new Sample[kChunk]);  // uninitialised: fill() writes it all
+      Sample* buf = buffers[t].get();
+      const ShardJob& job = jobs[j];
+      auto writer = std::make_unique<ShardWriter>((fs::path(dir) / job.name).string(), opts.seed, job.first_index);
+      for (uint64_t off = 0; off < job.count; off += kChunk) {
+        const uint64_t n = std::min(kChunk, job.count - off);
+        const int64_t c0 = thread_cpu_ns();
+        gen.fill(job.first_index + off, n, buf);
+        fill_ns += thread_cpu_ns() - c0;
+        for (uint64_t k = 0; k < n; ++k) positives[j] += buf[k].label;
+        const auto w0 = std::chrono::steady_clock::now();
+        writer->append(buf, n);
+        write_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w0)
+                        .count();
+      }
+      std::lock_guard<std::mutex> lock(commits_mu);
+      commits.push_back(std::async(std::launch::async, [w = std::move(writer), &write_ns] {
+        const auto w0 = std::chrono::steady_clock::now();
+        w->commit();
+        write_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w0)
+                        .count();
+      }));
+    });
+  } catch (...) {
+    for (auto& c : commits) c.wait();  // let started commits finish before unwinding
+    throw;
+  }
+  for (auto& c : commits) c.get();  // rethrows a failed commit
   result.seconds = seconds_since(t_gen);
   const double total = static_cast<double>(opts.train + opts.test);
   result.samples_per_s_per_thread = total / (result.seconds * threads);
-  result.fill_samples_per_s_per_thread = total / pipeline.fill_cpu_seconds();
-  result.write_seconds = pipeline.write_seconds();
-  std::vector<uint64_t> positives(jobs.size());
-  for (size_t j = 0; j < jobs.size(); ++j) positives[j] = pipeline.positives(j);
+  result.fill_samples_per_s_per_thread = total / (static_cast<double>(fill_ns) * 1e-9);
+  result.write_seconds = static_cast<double>(write_ns) * 1e-9;
 
   Metadata& meta = result.meta;
   meta.seed = opts.seed;
@@ -294,11 +197,11 @@ GenerateResult generate(const GenerateOptions& opts, const TeacherMetricsFn& tea
   for (const auto& j : test_jobs) test_shards.emplace_back((fs::path(dir) / j.name).string());
   std::vector<float> probs(opts.test);
   std::vector<float> labels(opts.test);
-  constexpr uint64_t kChunk = 8192;
-  const uint64_t chunks = (opts.test + kChunk - 1) / kChunk;
-  run_jobs(chunks, static_cast<int>(std::min<uint64_t>(requested, chunks)), [&](size_t c) {
-    const uint64_t end = std::min(opts.test, (c + 1) * kChunk);
-    for (uint64_t i = c * kChunk; i < end; ++i) {
+  constexpr uint64_t kProbChunk = 8192;
+  const uint64_t chunks = (opts.test + kProbChunk - 1) / kProbChunk;
+  run_jobs(chunks, static_cast<int>(std::min<uint64_t>(requested, chunks)), [&](size_t c, int) {
+    const uint64_t end = std::min(opts.test, (c + 1) * kProbChunk);
+    for (uint64_t i = c * kProbChunk; i < end; ++i) {
       const ShardReader& shard = test_shards[i / opts.shard_size];
       const Sample& s = shard[i % opts.shard_size];
       probs[i] = static_cast<float>(1.0 / (1.0 + std::exp(-gen.teacher().logit(s))));

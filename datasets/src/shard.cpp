@@ -33,46 +33,46 @@ constexpr int kMetaVersion = 1;
 
 std::string errno_text(int err) { return std::strerror(err); }
 
-// Writes `size` bytes to `path` + ".tmp", fsyncs and renames over `path`, so readers see the old
-// file or the complete new one, never a prefix. On failure the temporary is removed.
-void write_file_atomically(const std::string& path, const void* const* parts, const size_t* sizes, int nparts) {
+// The pieces of an atomic write: the data goes to `path` + ".tmp", which is fsynced and renamed
+// over `path`, so readers see the old file or the complete new one, never a prefix. Every error
+// removes the temporary and throws a DataError naming `path`.
+int create_temporary(const std::string& path) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     const int err = errno;
     throw DataError(path, "cannot create " + tmp + ": " + errno_text(err));
   }
-  auto fail = [&](const std::string& what) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw DataError(path, what + ": " + errno_text(err));
-  };
-  for (int p = 0; p < nparts; ++p) {
-    const char* data = static_cast<const char*>(parts[p]);
-    size_t left = sizes[p];
-    while (left > 0) {
-      const ssize_t n = ::write(fd, data, left);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail("cannot write " + tmp);
-      data += n;
-      left -= static_cast<size_t>(n);
-    }
+  return fd;
+}
+
+[[noreturn]] void abandon_temporary(const std::string& path, int fd, const std::string& what, int err) {
+  if (fd >= 0) ::close(fd);
+  ::unlink((path + ".tmp").c_str());
+  throw DataError(path, what + " " + path + ".tmp: " + errno_text(err));
+}
+
+// pwrite()s all n bytes at `offset`, retrying short writes.
+void write_at(const std::string& path, int fd, const void* data, size_t n, uint64_t offset) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) abandon_temporary(path, fd, "cannot write", w < 0 ? errno : EIO);
+    p += w;
+    n -= static_cast<size_t>(w);
+    offset += static_cast<uint64_t>(w);
   }
-  if (::fsync(fd) != 0) fail("cannot fsync " + tmp);
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw DataError(path, "cannot close " + tmp + ": " + errno_text(err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw DataError(path, "cannot rename " + tmp + ": " + errno_text(err));
-  }
+}
+
+void commit_temporary(const std::string& path, int fd) {
+  if (::fsync(fd) != 0) abandon_temporary(path, fd, "cannot fsync", errno);
+  if (::close(fd) != 0) abandon_temporary(path, -1, "cannot close", errno);
+  const std::string tmp = path + ".tmp";
+  if (::rename(tmp.c_str(), path.c_str()) != 0) abandon_temporary(path, -1, "cannot rename", errno);
   // Persist the rename itself; best effort, since some file systems refuse fsync on a directory.
-  const std::string parent = fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string();
-  const int dfd = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const fs::path parent = fs::path(path).parent_path();
+  const int dfd = ::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
@@ -146,6 +146,16 @@ Metadata read_metadata(const std::string& dir) {
   m.train_shards = get_key<std::vector<std::string>>(j, file, "train_shards");
   m.test_shards = get_key<std::vector<std::string>>(j, file, "test_shards");
   if (m.shard_size == 0) throw DataError(file, "key \"shard_size\" is 0");
+  // Shards live next to meta.json: a path would let a data set reach outside its directory.
+  const std::pair<const char*, const std::vector<std::string>*> lists[] = {{"train_shards", &m.train_shards},
+                                                                          {"test_shards", &m.test_shards}};
+  for (const auto& [key, names] : lists) {
+    for (const std::string& name : *names) {
+      if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+        throw DataError(file, std::string("key \"") + key + "\": \"" + name + "\" is not a plain file name");
+      }
+    }
+  }
   return m;
 }
 
@@ -166,29 +176,57 @@ void write_metadata(const std::string& dir, const Metadata& meta) {
   j["train_shards"] = meta.train_shards;
   j["test_shards"] = meta.test_shards;
   const std::string text = j.dump(2) + "\n";
-  const void* parts[] = {text.data()};
-  const size_t sizes[] = {text.size()};
-  write_file_atomically((fs::path(dir) / kMetaFile).string(), parts, sizes, 1);
+  const std::string file = (fs::path(dir) / kMetaFile).string();
+  const int fd = create_temporary(file);
+  write_at(file, fd, text.data(), text.size(), 0);
+  commit_temporary(file, fd);
 }
 
 // ---- shards ----
 
+ShardWriter::ShardWriter(const std::string& path, uint64_t seed, uint64_t first_index)
+    : path_(path), fd_(create_temporary(path)) {
+  std::memcpy(header_.magic, kShardMagic, sizeof(header_.magic));
+  header_.version = kShardVersion;
+  header_.record_size = sizeof(Sample);
+  header_.num_dense = kNumDense;
+  header_.num_sparse = kNumSparse;
+  header_.first_index = first_index;
+  header_.count = 0;
+  header_.seed = seed;
+  header_.checksum = fnv1a64(nullptr, 0);
+  header_.reserved = 0;
+}
+
+ShardWriter::~ShardWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink((path_ + ".tmp").c_str());
+  }
+}
+
+void ShardWriter::append(const Sample* records, uint64_t count) {
+  if (fd_ < 0) throw DataError(path_, "append after commit or after an error");
+  const size_t bytes = static_cast<size_t>(count * sizeof(Sample));
+  header_.checksum = fnv1a64(records, bytes, header_.checksum);
+  const int fd = std::exchange(fd_, -1);  // a failed write closes it and removes the temporary
+  write_at(path_, fd, records, bytes, sizeof(ShardHeader) + header_.count * sizeof(Sample));
+  fd_ = fd;
+  header_.count += count;
+}
+
+void ShardWriter::commit() {
+  if (fd_ < 0) throw DataError(path_, "commit after commit or after an error");
+  const int fd = std::exchange(fd_, -1);  // from here on, the helpers own the cleanup
+  write_at(path_, fd, &header_, sizeof(header_), 0);
+  commit_temporary(path_, fd);
+}
+
 void write_shard(const std::string& path, uint64_t seed, uint64_t first_index, const Sample* records,
                  uint64_t count) {
-  ShardHeader h{};
-  std::memcpy(h.magic, kShardMagic, sizeof(h.magic));
-  h.version = kShardVersion;
-  h.record_size = sizeof(Sample);
-  h.num_dense = kNumDense;
-  h.num_sparse = kNumSparse;
-  h.first_index = first_index;
-  h.count = count;
-  h.seed = seed;
-  h.checksum = fnv1a64(records, count * sizeof(Sample));
-  h.reserved = 0;
-  const void* parts[] = {&h, records};
-  const size_t sizes[] = {sizeof(h), static_cast<size_t>(count * sizeof(Sample))};
-  write_file_atomically(path, parts, sizes, 2);
+  ShardWriter w(path, seed, first_index);
+  w.append(records, count);
+  w.commit();
 }
 
 ShardReader::ShardReader(const std::string& path, bool verify_checksum) : path_(path) {

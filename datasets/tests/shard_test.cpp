@@ -123,6 +123,40 @@ TEST(ShardTest, RoundTripsRecordsAndHeader) {
   EXPECT_EQ(std::memcmp(&target[0], &first, kRecord), 0);
 }
 
+TEST(ShardTest, StreamingWriterEqualsWriteShardAndCleansUpWhenAbandoned) {
+  TempDir dir;
+  const auto recs = make_records(1000);
+  const std::string whole = dir.file("whole.bin");
+  const std::string pieces = dir.file("pieces.bin");
+  write_shard(whole, 3, 500, recs.data(), recs.size());
+  {
+    ShardWriter w(pieces, 3, 500);
+    EXPECT_TRUE(fs::exists(pieces + ".tmp"));
+    EXPECT_FALSE(fs::exists(pieces));  // nothing visible before commit
+    w.append(recs.data(), 1);
+    w.append(recs.data() + 1, 0);
+    w.append(recs.data() + 1, 998);
+    w.append(recs.data() + 999, 1);
+    EXPECT_EQ(w.count(), 1000u);
+    w.commit();
+    expect_data_error([&] { w.append(recs.data(), 1); }, pieces, -1, "after commit");
+  }
+  std::ifstream a(whole, std::ios::binary);
+  std::ifstream b(pieces, std::ios::binary);
+  const std::string ta((std::istreambuf_iterator<char>(a)), std::istreambuf_iterator<char>());
+  const std::string tb((std::istreambuf_iterator<char>(b)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(ta.size(), kHeader + 1000 * kRecord);
+  EXPECT_TRUE(ta == tb) << "streamed shard differs from write_shard's";
+
+  const std::string abandoned = dir.file("abandoned.bin");
+  {
+    ShardWriter w(abandoned, 3, 0);
+    w.append(recs.data(), 10);
+  }  // destroyed without commit, as when generation throws
+  EXPECT_FALSE(fs::exists(abandoned + ".tmp"));
+  EXPECT_FALSE(fs::exists(abandoned));
+}
+
 TEST(ShardTest, EmptyShardIsValid) {
   TempDir dir;
   const std::string path = dir.file("empty.bin");
@@ -327,6 +361,11 @@ TEST(MetadataTest, MissingMalformedOrIncompleteMetaJsonIsNamed) {
   typed.replace(typed.find("\"train_count\": 2500"), 19, "\"train_count\": \"x\"");
   std::ofstream(file) << typed;
   expect_data_error([&] { read_metadata(d); }, file, -1, "bad value for key \"train_count\"");
+
+  Metadata escaping = sample_meta();
+  escaping.test_shards = {"../elsewhere/test-00000.bin"};
+  write_metadata(d, escaping);
+  expect_data_error([&] { read_metadata(d); }, file, -1, "key \"test_shards\"");
 }
 
 // ---- Dataset, generate(), compute_stats() ----

@@ -58,6 +58,28 @@ void write_metadata(const std::string& dir, const Metadata& meta);
 void write_shard(const std::string& path, uint64_t seed, uint64_t first_index, const Sample* records,
                  uint64_t count);
 
+/// Streams one shard to `path` + ".tmp" with the same atomicity as write_shard (which uses it):
+/// append() records in order, hashing as they go, so a shard never has to fit in memory; commit()
+/// writes the header, fsyncs and renames. A writer destroyed without commit() (an error, an
+/// exception elsewhere) removes its temporary. Failures throw DataError naming `path`.
+class ShardWriter {
+ public:
+  ShardWriter(const std::string& path, uint64_t seed, uint64_t first_index);
+  ~ShardWriter();
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+
+  void append(const Sample* records, uint64_t count);
+  void commit();
+  const std::string& path() const noexcept { return path_; }
+  uint64_t count() const noexcept { return header_.count; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;  ///< the temporary; -1 once committed or failed
+  ShardHeader header_{};
+};
+
 /// One memory-mapped shard, header validated at open (magic, version, layout, size).
 class ShardReader {
  public:
@@ -130,9 +152,9 @@ struct GenerateResult {
   Metadata meta;
   double seconds = 0.0;          ///< wall time of sample generation and writing
   double samples_per_s_per_thread = 0.0;  ///< (train + test) / (seconds * threads)
-  int threads = 1;               ///< generator threads (writing runs on extra threads, mostly in I/O)
+  int threads = 1;               ///< generator threads: opts.threads, at most one per shard
   double fill_samples_per_s_per_thread = 0.0;  ///< the generator alone: samples / CPU seconds in fill
-  double write_seconds = 0.0;    ///< summed wall time of the shard writes (hash, write, fsync), overlapped
+  double write_seconds = 0.0;    ///< summed wall time of hashing, writing and committing shards
   double setup_seconds = 0.0;    ///< building the generator (teacher, bias calibration), not timed above
   double metrics_seconds = 0.0;  ///< reading the test split back for the teacher metrics
 };

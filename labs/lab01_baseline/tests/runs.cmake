@@ -1,0 +1,21 @@
+# Whole-program tests of lab 01, included by labs/CMakeLists.txt once per built tree with
+# LAB_TARGET (the program target), LAB_TREE (labs|solutions) and LAB_RUNS (a scratch folder).
+set(cmd $<TARGET_FILE:${LAB_TARGET}>;--data;${DDPLAB_TINY_DATA};--report;${LAB_RUNS}/rank{rank}.json;--log-every;10)
+if(LAB_TREE STREQUAL "solutions")
+  # 20,000 samples = 40 steps of 512; the progress line, the summary and the report must all appear.
+  add_test(NAME ${LAB_TARGET}.run
+           COMMAND ${CMAKE_COMMAND} -DCLEAN=${LAB_RUNS} "-DCMD=${cmd};--save-model;${LAB_RUNS}/model.pt"
+                   "-DEXPECT_REGEX=step 10/40.*samples/s.*loss.*rss.*ETA;test AUC;teacher"
+                   -DJSON=${LAB_RUNS}/rank0.json "-DJSON_EQ=status=ok;world_size=1;phases.steps=40;epochs.0.samples=20000"
+                   "-DJSON_GT=eval.auc=0.6;phases.forward=0;phases.backward=0;phases.optimizer=0"
+                   -P ${PROJECT_SOURCE_DIR}/cmake/CheckRun.cmake)
+  set_tests_properties(${LAB_TARGET}.run PROPERTIES FIXTURES_REQUIRED tiny_data LABELS lab)
+else()
+  # The skeleton runs, trains nothing, and names every exercise still to do.
+  add_test(NAME ${LAB_TARGET}.skeleton_run
+           COMMAND ${CMAKE_COMMAND} -DCLEAN=${LAB_RUNS} "-DCMD=${cmd}" -DEXPECT_RC=3
+                   "-DEXPECT_REGEX=exercise 01.1 is not implemented yet;exercise 01.2 is not implemented yet;not attempted yet: exercise\\(s\\) 01.1, 01.2"
+                   -DJSON=${LAB_RUNS}/rank0.json "-DJSON_EQ=status=not_attempted;not_attempted.0=01.1;not_attempted.1=01.2"
+                   -P ${PROJECT_SOURCE_DIR}/cmake/CheckRun.cmake)
+  set_tests_properties(${LAB_TARGET}.skeleton_run PROPERTIES FIXTURES_REQUIRED tiny_data LABELS "lab;skeleton")
+endif()
