@@ -8,6 +8,7 @@ namespace ddplab::tools {
 void setup_data(CLI::App& app);    // data gen | verify | stats
 void setup_doctor(CLI::App& app);  // doctor
 void setup_bench(CLI::App& app);   // bench train
+void setup_launch(CLI::App& app);  // launch -n N -- PROGRAM ARGS
 
 /// Exit status the process returns after a subcommand ran (a benchmark that missed its target: 1).
 int& exit_status();

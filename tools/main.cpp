@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   ddplab::tools::setup_data(app);
   ddplab::tools::setup_doctor(app);
   ddplab::tools::setup_bench(app);
+  ddplab::tools::setup_launch(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -36,8 +36,10 @@ Level parse_level(const std::string& name) {
 void write(Level l, const std::string& message) {
   if (static_cast<int>(l) < g_level.load()) return;
   static const char* const kTag[] = {"debug: ", "", "warning: ", "error: "};
+  // Under `ddplab launch` every line already gets "[rank R] " from the launcher.
+  static const bool launcher_prefixes = std::getenv("DDPLAB_LAUNCHER") != nullptr;
   const int rank = process_rank();
-  const std::string prefix = rank >= 0 ? "[rank " + std::to_string(rank) + "] " : "";
+  const std::string prefix = rank >= 0 && !launcher_prefixes ? "[rank " + std::to_string(rank) + "] " : "";
   const std::string line = prefix + kTag[static_cast<int>(l)] + message + "\n";
   std::FILE* out = l >= Level::kWarn ? stderr : stdout;
   std::lock_guard<std::mutex> lock(g_mutex);

@@ -1,0 +1,60 @@
+// A c10d process group behind the Communicator interface: rendezvous through a TCPStore that
+// rank 0 hosts, Gloo for CPU tensors, NCCL for CUDA tensors where LibTorch has it, and a
+// collective timeout that turns a hang into an error.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "ddplab/dist/communicator.h"
+#include "ddplab/dist/compat.h"
+#include "ddplab/dist/env.h"
+
+namespace ddplab::dist {
+
+struct ProcessGroupOptions {
+  /// Collectives and the rendezvous fail after this long instead of hanging (--comm-timeout).
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+};
+
+class ProcessGroup final : public Communicator {
+ public:
+  /// Joins the job described by `env`: rank 0 serves a TCPStore on MASTER_ADDR:MASTER_PORT, the
+  /// others connect; then the backend for `device` is created (Gloo on CPU, NCCL on CUDA).
+  /// A single process gets an in-memory store. Throws ddplab::Error naming the address on failure.
+  static std::unique_ptr<ProcessGroup> join(const Environment& env, torch::Device device,
+                                            const ProcessGroupOptions& opts = {});
+
+  /// Over an existing store (tests run ranks as threads over one c10d::HashStore).
+  ProcessGroup(c10::intrusive_ptr<compat::Store> store, int rank, int size, torch::Device device,
+               const ProcessGroupOptions& opts = {});
+  ~ProcessGroup() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void allreduce(torch::Tensor& t) override;
+  void broadcast(torch::Tensor& t, int root) override;
+  void allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) override;
+  void all_to_all(torch::Tensor& out, const torch::Tensor& in) override;
+  void send(const torch::Tensor& t, int dst, int tag = 0) override;
+  void recv(torch::Tensor& t, int src, int tag = 0) override;
+  void barrier() override;
+
+  /// "gloo" or "nccl".
+  const std::string& backend_name() const noexcept { return backend_name_; }
+  /// Waits for every rank, then releases the backend and the store (idempotent).
+  void shutdown();
+
+ private:
+  void wait(const c10::intrusive_ptr<compat::Work>& work, Op op);
+  int rank_, size_;
+  std::string backend_name_;
+  c10::intrusive_ptr<compat::Store> store_;
+  c10::intrusive_ptr<compat::Backend> backend_;
+  ProcessGroupOptions opts_;
+};
+
+}  // namespace ddplab::dist

@@ -1,0 +1,78 @@
+// Starting the N processes of a data-parallel job on this machine, the way torchrun does: each
+// rank gets torchrun's environment variables, its output lines are prefixed with its rank, and
+// when one rank fails the others are stopped. A library so that `ddplab launch` and the grader share it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ddplab {
+
+/// What to start. Rank r of this node is global rank node_rank * nproc + r.
+struct LaunchSpec {
+  int nproc = 1;                          ///< ranks on this node (torchrun's --nproc_per_node)
+  int nnodes = 1;                         ///< nodes in the job; WORLD_SIZE = nproc * nnodes
+  int node_rank = 0;                      ///< this node's index (GROUP_RANK), 0 <= node_rank < nnodes
+  std::string master_addr = "127.0.0.1";  ///< MASTER_ADDR: where rank 0 opens the TCPStore
+  int master_port = 0;                    ///< MASTER_PORT; 0 = a free port on master_addr (nnodes == 1 only)
+  std::vector<std::string> command;       ///< program and arguments; the program is looked up in PATH
+  std::map<std::string, std::string> extra_env;  ///< set in every rank after the launcher's variables
+  std::string run_id;                     ///< TORCHELASTIC_RUN_ID; empty = generated
+  std::string log_dir;                    ///< if set, each rank's lines also go to log_dir/rankR.log
+  double timeout_s = 0;                   ///< stop the whole job after this long (0 = no limit); exit 124
+  double grace_s = 5;                     ///< between SIGTERM and SIGKILL when stopping ranks
+  bool prefix_output = true;              ///< "[rank R] " before every line on the terminal
+  bool forward_signals = true;            ///< pass SIGINT/SIGTERM/SIGHUP sent to this process on to the ranks
+  bool verbose = false;                   ///< also report the start and every rank's exit
+  /// If set, every output line of a rank (without its newline) goes here instead of the terminal.
+  /// Called from the thread that called launch(), one line at a time.
+  std::function<void(int rank, bool is_stderr, const std::string& line)> on_line;
+  /// If set, the launcher's own messages (a rank failed, timed out, ...) go here instead of stderr.
+  std::function<void(const std::string& message)> on_message;
+};
+
+/// How one rank ended.
+struct RankResult {
+  int rank = -1;           ///< global rank
+  pid_t pid = -1;          ///< also its process group id
+  int exit_code = -1;      ///< as a shell reports it: the exit status, or 128 + signal
+  int signal = 0;          ///< the signal that killed it, 0 if it exited
+  bool timed_out = false;  ///< still running when the job's timeout expired
+  bool stopped = false;    ///< the launcher had asked it to stop (another rank failed, timeout, interrupt)
+  double seconds = 0;      ///< from start to exit
+};
+
+/// How the job ended.
+struct LaunchResult {
+  int exit_code = 0;  ///< 0; the first failing rank's exit_code; 124 on timeout; 128 + signal if interrupted
+  std::vector<RankResult> ranks;  ///< indexed by local rank
+  int first_failed_rank = -1;     ///< global rank of the first rank that failed on its own, -1 if none
+  bool timed_out = false;
+  int interrupted_by = 0;         ///< the signal (SIGINT, SIGTERM, SIGHUP) that stopped the job, 0 if none
+  int master_port = 0;            ///< the port the job used (the free one picked for master_port 0)
+  std::string summary;            ///< one line saying how the job ended
+};
+
+/// Runs the job and returns when every rank has exited. The processes (and what they started in
+/// their process groups) are gone on every path out, exceptions included. While it runs, SIGINT,
+/// SIGTERM and SIGHUP sent to this process are forwarded to the ranks (spec.forward_signals).
+/// Throws ConfigError for an invalid spec or a program that cannot be run, before starting anything.
+LaunchResult launch(const LaunchSpec& spec);
+
+/// A TCP port that is free on addr right now (bind to port 0, read it back). Another process may
+/// take it before it is used, but two calls practically never return the same one.
+int find_free_port(const std::string& addr = "127.0.0.1");
+
+/// The environment of one rank (local_rank on this node): the launcher's own, minus the variables of
+/// an outer launcher (OMPI_COMM_WORLD_*, SLURM_PROCID/NTASKS/LOCALID), plus torchrun's and
+/// DDPLAB_LAUNCHER=1, plus spec.extra_env. spec.master_port must already be resolved (non-zero).
+std::map<std::string, std::string> rank_environment(const LaunchSpec& spec, int local_rank);
+
+/// "SIGSEGV" for SIGSEGV, "signal 42" for one without a well-known name.
+std::string signal_name(int sig);
+
+}  // namespace ddplab

@@ -1,0 +1,75 @@
+// Communicator statistics and module broadcast.
+#include "ddplab/dist/communicator.h"
+
+namespace ddplab::dist {
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kAllreduce: return "allreduce";
+    case Op::kBroadcast: return "broadcast";
+    case Op::kAllgather: return "allgather";
+    case Op::kAllToAll: return "all_to_all";
+    case Op::kSend: return "send";
+    case Op::kRecv: return "recv";
+    case Op::kBarrier: return "barrier";
+    case Op::kCount: break;
+  }
+  return "none";
+}
+
+int64_t CommStats::total_calls() const {
+  int64_t n = 0;
+  for (const auto& o : ops) n += o.calls;
+  return n;
+}
+
+int64_t CommStats::total_bytes() const {
+  int64_t n = 0;
+  for (const auto& o : ops) n += o.bytes;
+  return n;
+}
+
+double CommStats::total_seconds() const {
+  double s = 0;
+  for (const auto& o : ops) s += o.seconds;
+  return s;
+}
+
+nlohmann::json CommStats::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (int i = 0; i < kNumOps; ++i) {
+    const auto& o = ops[static_cast<size_t>(i)];
+    if (o.calls == 0) continue;
+    j[op_name(static_cast<Op>(i))] = {{"calls", o.calls}, {"bytes", o.bytes}, {"seconds", o.seconds}};
+  }
+  return {{"ops", j}, {"calls", total_calls()}, {"bytes", total_bytes()}, {"seconds", total_seconds()}};
+}
+
+Communicator::Recorder::Recorder(CommStats& s, Op op, int64_t bytes)
+    : s_(s), op_(op), start_(std::chrono::steady_clock::now()) {
+  auto& o = s_.ops[static_cast<size_t>(op)];
+  ++o.calls;
+  o.bytes += bytes;
+  ++s_.sequence;
+  s_.last_op = op;
+  s_.last_bytes = bytes;
+}
+
+Communicator::Recorder::~Recorder() {
+  s_.ops[static_cast<size_t>(op_)].seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void broadcast_module(Communicator& comm, torch::nn::Module& module, int root) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : module.parameters()) {
+    torch::Tensor t = p.detach();
+    comm.broadcast(t, root);
+  }
+  for (auto& b : module.buffers()) {
+    torch::Tensor t = b.detach();
+    comm.broadcast(t, root);
+  }
+}
+
+}  // namespace ddplab::dist

@@ -1,0 +1,155 @@
+// c10d rendezvous and backends. Every collective is recorded (calls, bytes, time) and waited on
+// with the configured timeout, so a missing peer becomes an error naming the collective.
+#include "ddplab/dist/process_group.h"
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <fmt/format.h>
+
+#include "ddplab/config.h"
+#include "ddplab/error.h"
+
+#ifdef DDPLAB_HAVE_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#ifdef DDPLAB_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace ddplab::dist {
+namespace {
+
+int64_t nbytes(const torch::Tensor& t) { return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()); }
+
+bool is_loopback(const std::string& addr) {
+  return addr.empty() || addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+}  // namespace
+
+std::unique_ptr<ProcessGroup> ProcessGroup::join(const Environment& env, torch::Device device,
+                                                 const ProcessGroupOptions& opts) {
+  c10::intrusive_ptr<compat::Store> store;
+  if (!env.distributed()) {
+    store = c10::make_intrusive<c10d::HashStore>();
+  } else {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(env.master_port);
+    o.isServer = env.rank == 0;
+    o.numWorkers = static_cast<size_t>(env.world_size);
+    o.waitWorkers = true;
+    o.timeout = opts.timeout;
+    try {
+      store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("rank {}: rendezvous at {}:{} failed ({}): {}", env.rank, env.master_addr,
+                              env.master_port, env.rank == 0 ? "serving the TCPStore" : "connecting to rank 0",
+                              e.what()));
+    }
+  }
+  auto pg = std::make_unique<ProcessGroup>(store, env.rank, env.world_size, device, opts);
+  return pg;
+}
+
+ProcessGroup::ProcessGroup(c10::intrusive_ptr<compat::Store> store, int rank, int size, torch::Device device,
+                           const ProcessGroupOptions& opts)
+    : rank_(rank), size_(size), store_(std::move(store)), opts_(opts) {
+  if (device.is_cuda()) {
+#ifdef DDPLAB_HAVE_NCCL
+    auto o = c10d::ProcessGroupNCCL::Options::create();
+    o->timeout = opts.timeout;
+    backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank, size, o);
+    backend_name_ = "nccl";
+#else
+    throw ConfigError("--device cuda needs NCCL, and this LibTorch build has no NCCL backend");
+#endif
+  } else {
+#ifdef DDPLAB_HAVE_GLOO
+    auto o = c10d::ProcessGroupGloo::Options::create(opts.timeout);
+    // Ranks on one machine talk over loopback; across machines Gloo binds to the address the
+    // host name resolves to.
+    const char* host = std::getenv("MASTER_ADDR");
+    o->devices.push_back(is_loopback(host != nullptr ? host : "")
+                             ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                             : c10d::ProcessGroupGloo::createDefaultDevice());
+    o->threads = 2;
+    backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank, size, o);
+    backend_name_ = "gloo";
+#else
+    throw ConfigError("CPU collectives need Gloo, and this build has no Gloo backend (Gloo headers matching "
+                      "this LibTorch were not found at configure time)");
+#endif
+  }
+}
+
+ProcessGroup::~ProcessGroup() {
+  backend_.reset();
+  store_.reset();
+}
+
+void ProcessGroup::wait(const c10::intrusive_ptr<compat::Work>& work, Op op) {
+  try {
+    work->wait(opts_.timeout);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("rank {}: {} #{} ({} bytes) did not complete within {} ms: {}", rank_, op_name(op),
+                            stats_.sequence, stats_.last_bytes, opts_.timeout.count(), e.what()));
+  }
+}
+
+void ProcessGroup::allreduce(torch::Tensor& t) {
+  Recorder r(stats_, Op::kAllreduce, nbytes(t));
+  std::vector<at::Tensor> v{t};
+  wait(backend_->allreduce(v), Op::kAllreduce);
+}
+
+void ProcessGroup::broadcast(torch::Tensor& t, int root) {
+  Recorder r(stats_, Op::kBroadcast, nbytes(t));
+  std::vector<at::Tensor> v{t};
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  wait(backend_->broadcast(v, o), Op::kBroadcast);
+}
+
+void ProcessGroup::allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) {
+  DDPLAB_CHECK(static_cast<int>(out.size()) == size_,
+               fmt::format("allgather: {} output tensors for {} ranks", out.size(), size_));
+  Recorder r(stats_, Op::kAllgather, nbytes(in));
+  std::vector<std::vector<at::Tensor>> o{out};
+  std::vector<at::Tensor> i{in};
+  wait(backend_->allgather(o, i), Op::kAllgather);
+}
+
+void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in) {
+  DDPLAB_CHECK(in.size(0) % size_ == 0, fmt::format("all_to_all: dim 0 ({}) is not divisible by {} ranks", in.size(0), size_));
+  Recorder r(stats_, Op::kAllToAll, nbytes(in));
+  at::Tensor i = in;
+  std::vector<int64_t> equal;  // empty split sizes: equal chunks
+  wait(backend_->alltoall_base(out, i, equal, equal), Op::kAllToAll);
+}
+
+void ProcessGroup::send(const torch::Tensor& t, int dst, int tag) {
+  Recorder r(stats_, Op::kSend, nbytes(t));
+  std::vector<at::Tensor> v{t};
+  wait(backend_->send(v, dst, tag), Op::kSend);
+}
+
+void ProcessGroup::recv(torch::Tensor& t, int src, int tag) {
+  Recorder r(stats_, Op::kRecv, nbytes(t));
+  std::vector<at::Tensor> v{t};
+  wait(backend_->recv(v, src, tag), Op::kRecv);
+}
+
+void ProcessGroup::barrier() {
+  Recorder r(stats_, Op::kBarrier, 0);
+  wait(backend_->barrier(), Op::kBarrier);
+}
+
+void ProcessGroup::shutdown() {
+  if (!backend_) return;
+  barrier();
+  backend_.reset();
+  store_.reset();
+}
+
+}  // namespace ddplab::dist

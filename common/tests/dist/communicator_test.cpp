@@ -1,0 +1,147 @@
+// Collectives over real Gloo with ranks as threads on one in-memory store (the c10d tests'
+// pattern): world sizes 1-4, odd sizes, values derived from (rank, index) so results are exact.
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include "ddplab/config.h"
+#include "ddplab/dist/process_group.h"
+#include "ddplab/error.h"
+
+namespace {
+
+using ddplab::dist::ProcessGroup;
+
+/// Runs fn(pg) on `world` threads, one ProcessGroup each; rethrows the first failure.
+template <typename Fn>
+void run_ranks(int world, Fn fn, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ddplab::dist::ProcessGroupOptions o;
+        o.timeout = timeout;
+        ProcessGroup pg(store, r, world, torch::kCPU, o);
+        fn(pg);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+torch::Tensor values(int rank, int64_t n) {
+  // 1000 * rank + index: exact in float32 for these sizes.
+  return torch::arange(n, torch::kFloat32) + 1000.0f * static_cast<float>(rank);
+}
+
+#ifdef DDPLAB_HAVE_GLOO
+class Collectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(Collectives, AllreduceSumsExactly) {
+  const int world = GetParam();
+  run_ranks(world, [world](ProcessGroup& pg) {
+    for (int64_t n : {1, 7, 1023}) {
+      auto t = values(pg.rank(), n);
+      pg.allreduce(t);
+      // sum over r of (1000 r + i) = world * i + 1000 * world (world - 1) / 2
+      const auto expected = torch::arange(n, torch::kFloat32) * world + 1000.0f * world * (world - 1) / 2.0f;
+      EXPECT_TRUE(torch::equal(t, expected)) << "rank " << pg.rank() << " n " << n;
+    }
+    EXPECT_EQ(pg.stats().ops[0].calls, 3);
+    EXPECT_EQ(pg.stats().ops[0].bytes, (1 + 7 + 1023) * 4);
+  });
+}
+
+TEST_P(Collectives, BroadcastAllgatherAllToAll) {
+  const int world = GetParam();
+  run_ranks(world, [world](ProcessGroup& pg) {
+    auto b = values(pg.rank(), 5);
+    pg.broadcast(b, world - 1);
+    EXPECT_TRUE(torch::equal(b, values(world - 1, 5)));
+
+    std::vector<torch::Tensor> out(static_cast<size_t>(world));
+    for (auto& o : out) o = torch::empty({3});
+    pg.allgather(out, values(pg.rank(), 3));
+    for (int r = 0; r < world; ++r) EXPECT_TRUE(torch::equal(out[static_cast<size_t>(r)], values(r, 3)));
+
+    // Chunk c of rank r holds 1000 r + c*2 + {0,1}; after all_to_all, chunk r of rank p's output
+    // is rank r's chunk p.
+    const auto in = values(pg.rank(), 2 * world);
+    auto a2a = torch::empty_like(in);
+    pg.all_to_all(a2a, in);
+    for (int r = 0; r < world; ++r) {
+      EXPECT_TRUE(torch::equal(a2a.slice(0, 2 * r, 2 * r + 2), values(r, 2 * world).slice(0, 2 * pg.rank(), 2 * pg.rank() + 2)));
+    }
+    pg.barrier();
+  });
+}
+
+class Ring : public ::testing::TestWithParam<int> {};
+
+TEST_P(Ring, SendRecvPassesToTheNextRank) {
+  const int world = GetParam();
+  run_ranks(world, [world](ProcessGroup& pg) {
+    const int next = (pg.rank() + 1) % world, prev = (pg.rank() + world - 1) % world;
+    auto got = torch::empty({4});
+    if (pg.rank() % 2 == 0) {
+      pg.send(values(pg.rank(), 4), next);
+      pg.recv(got, prev);
+    } else {
+      pg.recv(got, prev);
+      pg.send(values(pg.rank(), 4), next);
+    }
+    EXPECT_TRUE(torch::equal(got, values(prev, 4)));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Ring, ::testing::Values(2, 3, 4));  // a ring needs two ranks
+
+TEST(BroadcastModule, EveryRankEndsWithRootsWeights) {
+  run_ranks(3, [](ProcessGroup& pg) {
+    torch::manual_seed(static_cast<uint64_t>(100 + pg.rank()));  // different on purpose
+    torch::nn::Linear m(5, 3);
+    auto root_copy = m->weight.detach().clone();
+    ddplab::dist::broadcast_module(pg, *m, 0);
+    std::vector<torch::Tensor> all(3);
+    for (auto& t : all) t = torch::empty_like(m->weight);
+    pg.allgather(all, m->weight.detach());
+    for (const auto& t : all) EXPECT_TRUE(torch::equal(t, all[0]));
+    if (pg.rank() == 0) {
+      EXPECT_TRUE(torch::equal(m->weight, root_copy));
+    }
+  });
+}
+
+TEST(ProcessGroup, MissingPeerTimesOutWithTheCollectiveNamed) {
+  // Rank 1 never enters the allreduce: rank 0 must fail, naming the op, its number and size.
+  try {
+    run_ranks(
+        2,
+        [](ProcessGroup& pg) {
+          if (pg.rank() == 0) {
+            auto t = torch::ones({10});
+            pg.allreduce(t);
+          } else {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+          }
+        },
+        std::chrono::milliseconds(500));
+    FAIL() << "no timeout";
+  } catch (const ddplab::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("allreduce #1 (40 bytes) did not complete within 500 ms"), std::string::npos)
+        << e.what();
+  }
+}
+#else
+TEST(Collectives, NeedGloo) { GTEST_SKIP() << "this LibTorch build has no Gloo backend"; }
+#endif
+
+}  // namespace
