@@ -24,7 +24,7 @@ nlohmann::json LabOptions::to_json() const {
   return {{"data", data},           {"epochs", epochs},         {"batch", batch},
           {"lr", lr},               {"lr_scaling", lr_scaling}, {"threads", threads},
           {"device", device},       {"seed", seed},             {"log_every", log_every},
-          {"max_steps", max_steps}, {"train_samples", train_samples}, {"eval_samples", eval_samples}};
+          {"max_steps", max_steps}, {"same_init", same_init}, {"comm_timeout", comm_timeout}, {"train_samples", train_samples}, {"eval_samples", eval_samples}};
 }
 
 void add_lab_options(CLI::App& app, LabOptions& o) {
@@ -39,6 +39,11 @@ void add_lab_options(CLI::App& app, LabOptions& o) {
   app.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->envname("DDPLAB_DEVICE")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of model initialisation and shuffling")->envname("DDPLAB_SEED")
       ->capture_default_str();
+  app.add_flag("--same-init,!--rank-init", o.same_init,
+               "Seed the model with --seed on every rank (--rank-init: --seed + rank, as independent trainers do)")
+      ->capture_default_str();
+  app.add_option("--comm-timeout", o.comm_timeout, "Seconds before a collective or the rendezvous fails")
+      ->envname("DDPLAB_COMM_TIMEOUT")->capture_default_str();
   app.add_option("--report", o.report, "Run report path; {rank} is replaced by the rank [runs/<lab>/rank<R>.json]")
       ->envname("DDPLAB_REPORT");
   app.add_option("--log-every", o.log_every, "Progress line every N steps (0: off)")->envname("DDPLAB_LOG_EVERY")
@@ -62,6 +67,7 @@ void validate(const LabOptions& o) {
   if (!(o.lr > 0.0)) fail("--lr", o.lr, "must be positive");
   if (o.threads < 1) fail("--threads", o.threads, "must be at least 1");
   if (o.log_every < 0) fail("--log-every", o.log_every, "must be 0 (off) or positive");
+  if (!(o.comm_timeout > 0.0)) fail("--comm-timeout", o.comm_timeout, "must be positive");
   if (o.max_steps < 0) fail("--max-steps", o.max_steps, "must be 0 (no limit) or positive");
   log::parse_level(o.log_level);
 }

@@ -15,13 +15,17 @@
 namespace ddplab {
 
 LabRun::LabRun(std::string lab, LabOptions opts)
-    : lab_(std::move(lab)), opts_(std::move(opts)), report_(lab_, 0, 1) {
+    : lab_(std::move(lab)), opts_(std::move(opts)), env_(dist::detect_environment()),
+      report_(lab_, env_.rank, env_.world_size) {
   validate(opts_);
+  if (env_.distributed()) set_process_rank(env_.rank);
   log::set_level(log::parse_level(opts_.log_level));
   sys::configure_threads(opts_.threads);
   sys::tune_allocator();
   device_ = sys::parse_device(opts_.device);
-  torch::manual_seed(opts_.seed);
+  // One GPU per rank on a node: NCCL refuses two ranks of a communicator on one device.
+  if (device_.is_cuda() && !device_.has_index()) device_ = torch::Device(torch::kCUDA, static_cast<int8_t>(env_.local_rank));
+  torch::manual_seed(opts_.seed + (opts_.same_init ? 0 : static_cast<uint64_t>(env_.rank)));
   if (device_.is_cuda()) timer_.set_synchronizer([] { torch::cuda::synchronize(); });
 
   train_ = std::make_unique<data::Dataset>(opts_.data, data::Split::kTrain);
@@ -49,10 +53,13 @@ LabRun::LabRun(std::string lab, LabOptions opts)
   cfg["train_size"] = train_size_;
   cfg["eval_size"] = eval_size_;
   cfg["data_seed"] = train_->metadata().seed;
+  cfg["launcher"] = env_.source;
+  cfg["local_rank"] = env_.local_rank;
   report_.set_config(cfg);
   report_.set_device(device_.str(), opts_.threads);
   log::info0("{}: {} training and {} test samples from {}, batch {} x {} rank(s), lr {:.3g}, device {}, {} thread(s)",
-             lab_, train_size_, eval_size_, opts_.data, opts_.batch, world_, lr(), device_.str(), opts_.threads);
+             lab_, train_size_, eval_size_, opts_.data, opts_.batch, env_.world_size, lr(), device_.str(), opts_.threads);
+  if (env_.distributed()) log::info("{}", env_.describe());
 }
 
 LabRun::~LabRun() = default;
@@ -122,12 +129,13 @@ int LabRun::finish() {
   // the job's from the epoch digests.
   report_.set_samples(processed_, processed_);
   report_.capture_memory();
+  if (comm_ != nullptr) report_.json()["comm"] = comm_->stats().to_json();
   const bool attempted = report_.not_attempted().empty();
   report_.set_status(attempted ? "ok" : "not_attempted");
-  const std::string path = opts_.report_path(lab_, rank_);
+  const std::string path = opts_.report_path(lab_, env_.rank);
   report_.write(path);
 
-  if (model != nullptr && !opts_.save_model.empty() && rank_ == 0) {
+  if (model != nullptr && !opts_.save_model.empty() && env_.rank == 0) {
     torch::serialize::OutputArchive archive;
     model->save(archive);
     const std::string tmp = opts_.save_model + ".tmp";
@@ -167,7 +175,7 @@ void LabRun::fail(const std::string& message) {
   report_.set_phases(timer_);
   report_.capture_memory();
   try {
-    report_.write(opts_.report_path(lab_, rank_));
+    report_.write(opts_.report_path(lab_, env_.rank));
   } catch (const std::exception& e) {
     log::error("could not write the run report: {}", e.what());
   }

@@ -19,6 +19,8 @@ struct LabOptions {
   int threads = 1;                      ///< --threads, DDPLAB_THREADS: intra-op threads per rank
   std::string device = "cpu";           ///< --device, DDPLAB_DEVICE: cpu, cuda, cuda:N, auto
   uint64_t seed = 0;                    ///< --seed: model initialisation and shuffling
+  bool same_init = true;                ///< --same-init/--rank-init: every rank seeds with --seed, or --seed + rank
+  double comm_timeout = 60.0;           ///< --comm-timeout, DDPLAB_COMM_TIMEOUT: seconds before a collective fails
   std::string report;                   ///< --report, DDPLAB_REPORT: run report path ("{rank}" is replaced)
   int64_t log_every = 100;              ///< --log-every: progress line every N steps (0: off)
   int64_t max_steps = 0;                ///< --max-steps: stop after N steps (0: full epochs)

@@ -14,6 +14,8 @@
 #include <torch/torch.h>
 
 #include "ddplab/data/loader.h"
+#include "ddplab/dist/communicator.h"
+#include "ddplab/dist/env.h"
 #include "ddplab/data/shard.h"
 #include "ddplab/error.h"
 #include "ddplab/options.h"
@@ -41,15 +43,20 @@ class LabRun {
   const std::string& lab() const noexcept { return lab_; }
   const LabOptions& options() const noexcept { return opts_; }
   torch::Device device() const noexcept { return device_; }
-  int rank() const noexcept { return rank_; }
-  int world_size() const noexcept { return world_; }
+  int rank() const noexcept { return env_.rank; }
+  int world_size() const noexcept { return env_.world_size; }
+  /// Where this process sits in the job, from the launcher's variables (dist/env.h).
+  const dist::Environment& environment() const noexcept { return env_; }
+  /// Registers the communicator the lab trains with, so the report includes its statistics
+  /// (calls, bytes and time per collective). The run does not own it.
+  void set_communicator(const dist::Communicator* comm) { comm_ = comm; }
   const data::Dataset& train() const { return *train_; }
   const data::Dataset& test() const { return *test_; }
   /// Training samples in use (--train-samples, else the whole split).
   uint64_t train_size() const noexcept { return train_size_; }
   /// Test samples evaluated (--eval-samples, else the whole split).
   uint64_t eval_size() const noexcept { return eval_size_; }
-  int64_t global_batch() const noexcept { return opts_.batch * world_; }
+  int64_t global_batch() const noexcept { return opts_.batch * env_.world_size; }
   /// Learning rate for this run's global batch (--lr, scaled unless --no-lr-scaling).
   double lr() const { return opts_.effective_lr(global_batch()); }
   StepTimer& timer() noexcept { return timer_; }
@@ -81,7 +88,8 @@ class LabRun {
   std::string lab_;
   LabOptions opts_;
   torch::Device device_{torch::kCPU};
-  int rank_ = 0, world_ = 1;
+  dist::Environment env_;
+  const dist::Communicator* comm_ = nullptr;
   std::unique_ptr<data::Dataset> train_, test_;
   uint64_t train_size_ = 0, eval_size_ = 0;
   StepTimer timer_;

@@ -1,4 +1,4 @@
-// Communicator statistics and module broadcast.
+// Communicator statistics, the fallback asynchronous allreduce and module broadcast.
 #include "ddplab/dist/communicator.h"
 
 namespace ddplab::dist {
@@ -45,14 +45,40 @@ nlohmann::json CommStats::to_json() const {
   return {{"ops", j}, {"calls", total_calls()}, {"bytes", total_bytes()}, {"seconds", total_seconds()}};
 }
 
-Communicator::Recorder::Recorder(CommStats& s, Op op, int64_t bytes)
-    : s_(s), op_(op), start_(std::chrono::steady_clock::now()) {
-  auto& o = s_.ops[static_cast<size_t>(op)];
+namespace {
+
+void count_start(CommStats& s, Op op, int64_t bytes) {
+  auto& o = s.ops[static_cast<size_t>(op)];
   ++o.calls;
   o.bytes += bytes;
-  ++s_.sequence;
-  s_.last_op = op;
-  s_.last_bytes = bytes;
+  ++s.sequence;
+  s.last_op = op;
+  s.last_bytes = bytes;
+}
+
+/// What the fallback allreduce_async returns: the work is already done.
+class Completed final : public Pending {
+ public:
+  void wait() override {}
+};
+
+}  // namespace
+
+int64_t Communicator::record_start(Op op, int64_t bytes) {
+  count_start(stats_, op, bytes);
+  return stats_.sequence;
+}
+
+void Communicator::record_wait(Op op, double seconds) { stats_.ops[static_cast<size_t>(op)].seconds += seconds; }
+
+std::shared_ptr<Pending> Communicator::allreduce_async(torch::Tensor& t) {
+  allreduce(t);
+  return std::make_shared<Completed>();
+}
+
+Communicator::Recorder::Recorder(CommStats& s, Op op, int64_t bytes)
+    : s_(s), op_(op), start_(std::chrono::steady_clock::now()) {
+  count_start(s_, op, bytes);
 }
 
 Communicator::Recorder::~Recorder() {

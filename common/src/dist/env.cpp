@@ -127,9 +127,11 @@ Environment detect_environment(const EnvLookup& env) {
     e.world_size = r.integer("OMPI_COMM_WORLD_SIZE", 1);
     e.local_rank = r.integer_or("OMPI_COMM_WORLD_LOCAL_RANK", e.rank, 0);
     e.local_world_size = r.integer_or("OMPI_COMM_WORLD_LOCAL_SIZE", e.world_size, 1);
-    e.node_rank = r.integer_or("OMPI_COMM_WORLD_NODE_RANK", 0, 0);
+    // Open MPI has no node index (OMPI_COMM_WORLD_NODE_RANK is a node-local rank across jobs);
+    // with mpirun's default by-slot mapping, node = rank / ranks-per-node.
     check_consistent(e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                      "OMPI_COMM_WORLD_LOCAL_SIZE", env);
+    e.node_rank = e.rank / e.local_world_size;
     if (e.world_size > 1) {
       if (e.local_world_size < e.world_size && !r.has("MASTER_ADDR")) {
         throw ConfigError(fmt::format("OMPI_COMM_WORLD_SIZE={} spans several nodes but MASTER_ADDR is not set "

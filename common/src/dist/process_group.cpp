@@ -89,11 +89,16 @@ ProcessGroup::~ProcessGroup() {
 }
 
 void ProcessGroup::wait(const c10::intrusive_ptr<compat::Work>& work, Op op) {
+  // A blocking collective is always the one entered last.
+  wait(work, op, stats_.sequence, stats_.last_bytes);
+}
+
+void ProcessGroup::wait(const c10::intrusive_ptr<compat::Work>& work, Op op, int64_t sequence, int64_t bytes) {
   try {
     work->wait(opts_.timeout);
   } catch (const std::exception& e) {
     throw Error(fmt::format("rank {}: {} #{} ({} bytes) did not complete within {} ms: {}", rank_, op_name(op),
-                            stats_.sequence, stats_.last_bytes, opts_.timeout.count(), e.what()));
+                            sequence, bytes, opts_.timeout.count(), e.what()));
   }
 }
 
@@ -101,6 +106,42 @@ void ProcessGroup::allreduce(torch::Tensor& t) {
   Recorder r(stats_, Op::kAllreduce, nbytes(t));
   std::vector<at::Tensor> v{t};
   wait(backend_->allreduce(v), Op::kAllreduce);
+}
+
+/// An allreduce in flight. It remembers its own sequence number and size, because by the time it
+/// is waited on, later collectives may have started and stats().last_* describe those instead.
+class ProcessGroup::AsyncWork final : public Pending {
+ public:
+  AsyncWork(ProcessGroup& pg, c10::intrusive_ptr<compat::Work> work, int64_t sequence, int64_t bytes)
+      : pg_(pg), work_(std::move(work)), sequence_(sequence), bytes_(bytes) {}
+
+  void wait() override {
+    if (!work_) return;
+    const auto start = std::chrono::steady_clock::now();
+    auto work = std::move(work_);
+    auto charge = [&] {
+      pg_.record_wait(Op::kAllreduce, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    };
+    try {
+      pg_.wait(work, Op::kAllreduce, sequence_, bytes_);
+    } catch (...) {
+      charge();  // a timed-out wait was still time spent waiting
+      throw;
+    }
+    charge();
+  }
+
+ private:
+  ProcessGroup& pg_;
+  c10::intrusive_ptr<compat::Work> work_;
+  int64_t sequence_, bytes_;
+};
+
+std::shared_ptr<Pending> ProcessGroup::allreduce_async(torch::Tensor& t) {
+  const int64_t bytes = nbytes(t);
+  const int64_t sequence = record_start(Op::kAllreduce, bytes);
+  std::vector<at::Tensor> v{t};
+  return std::make_shared<AsyncWork>(*this, backend_->allreduce(v), sequence, bytes);
 }
 
 void ProcessGroup::broadcast(torch::Tensor& t, int root) {

@@ -65,6 +65,7 @@ TEST(Environment, OpenMpiSingleNodeDefaultsToLoopback) {
                                             {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
   EXPECT_EQ(e.source, "openmpi");
   EXPECT_EQ(e.rank, 1);
+  EXPECT_EQ(e.node_rank, 0);
   EXPECT_EQ(e.master_addr, "127.0.0.1");
   EXPECT_EQ(e.master_port, ddplab::dist::kDefaultMasterPort);
 }
@@ -75,6 +76,7 @@ TEST(Environment, OpenMpiTakesForwardedMasterAddr) {
                                             {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "1234"}}));
   EXPECT_EQ(e.master_addr, "node0");
   EXPECT_EQ(e.master_port, 1234);
+  EXPECT_EQ(e.node_rank, 0);
   expect_config_error({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                        {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}},
                       "spans several nodes but MASTER_ADDR is not set");

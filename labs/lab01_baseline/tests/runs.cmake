@@ -19,3 +19,30 @@ else()
                    -P ${PROJECT_SOURCE_DIR}/cmake/CheckRun.cmake)
   set_tests_properties(${LAB_TARGET}.skeleton_run PROPERTIES FIXTURES_REQUIRED tiny_data LABELS "lab;skeleton")
 endif()
+
+if(LAB_TREE STREQUAL "solutions")
+  # The same binary under other launchers: each rank finds its rank and world size in the
+  # environment (ddplab launch sets torchrun's variables; mpirun sets OMPI_COMM_WORLD_*). Lab 01
+  # never talks across ranks, so these are two independent trainers — lab 02's starting point.
+  set(short $<TARGET_FILE:${LAB_TARGET}>;--data;${DDPLAB_TINY_DATA};--max-steps;3;--log-every;0;--eval-samples;1000)
+  add_test(NAME ${LAB_TARGET}.under_ddplab_launch
+           COMMAND ${CMAKE_COMMAND} -DCLEAN=${LAB_RUNS}_launch
+                   "-DCMD=$<TARGET_FILE:ddplab>;launch;-n;2;--;${short};--report;${LAB_RUNS}_launch/rank{rank}.json"
+                   "-DEXPECT_REGEX=\\[rank 1\\] rank 1/2 \\(local 1/2, node 0\\) via torchrun"
+                   -DJSON=${LAB_RUNS}_launch/rank1.json "-DJSON_EQ=rank=1;world_size=2;config.launcher=torchrun;status=ok"
+                   -P ${PROJECT_SOURCE_DIR}/cmake/CheckRun.cmake)
+  set_tests_properties(${LAB_TARGET}.under_ddplab_launch PROPERTIES FIXTURES_REQUIRED tiny_data LABELS "lab;launch")
+  find_program(DDPLAB_MPIRUN mpirun)
+  if(DDPLAB_MPIRUN)
+    add_test(NAME ${LAB_TARGET}.under_mpirun
+             COMMAND ${CMAKE_COMMAND} -DCLEAN=${LAB_RUNS}_mpirun
+                     "-DCMD=${DDPLAB_MPIRUN};--allow-run-as-root;--oversubscribe;-np;2;${short};--report;${LAB_RUNS}_mpirun/rank{rank}.json"
+                     "-DEXPECT_REGEX=rank 1/2 \\(local 1/2, node 0\\) via openmpi"
+                     -DJSON=${LAB_RUNS}_mpirun/rank1.json "-DJSON_EQ=rank=1;world_size=2;config.launcher=openmpi;status=ok"
+                     -P ${PROJECT_SOURCE_DIR}/cmake/CheckRun.cmake)
+    set_tests_properties(${LAB_TARGET}.under_mpirun PROPERTIES FIXTURES_REQUIRED tiny_data LABELS "lab;launch")
+  else()
+    message(WARNING "mpirun not found (Debian: openmpi-bin, installed by tools/setup-debian.sh): "
+                    "the test of labs under mpirun is not registered")
+  endif()
+endif()

@@ -40,8 +40,19 @@ struct CommStats {
   nlohmann::json to_json() const;
 };
 
-/// Abstract communicator. Every call is blocking for simplicity of the labs' code: it returns when
-/// this rank's part of the collective is complete.
+/// A collective started by an *_async call. Until wait() returns, the tensor it was given must stay
+/// alive and untouched: the transport may still be reading or writing it.
+class Pending {
+ public:
+  virtual ~Pending() = default;
+  /// Blocks until this rank's part of the collective is complete (throws like the blocking call
+  /// on timeout). The time spent here is the collective's waiting time in CommStats. Calling it
+  /// again is a no-op.
+  virtual void wait() = 0;
+};
+
+/// Abstract communicator. Every call except allreduce_async is blocking for simplicity of the
+/// labs' code: it returns when this rank's part of the collective is complete.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -49,6 +60,12 @@ class Communicator {
   virtual int size() const = 0;
   /// In-place sum over ranks. Average by dividing afterwards: Gloo and NCCL differ in AVG support.
   virtual void allreduce(torch::Tensor& t) = 0;
+  /// Starts an in-place sum over ranks and returns at once, so that gradient sync can overlap
+  /// communication with the rest of the backward pass. Counted like allreduce: the call and its
+  /// bytes when it starts, the time spent in Pending::wait() as waiting time. Every rank must
+  /// start its collectives in the same order. The default runs the blocking allreduce and returns
+  /// a completed Pending (correct, only without overlap) for communicators with no async path.
+  virtual std::shared_ptr<Pending> allreduce_async(torch::Tensor& t);
   /// In-place: every rank receives `root`'s tensor.
   virtual void broadcast(torch::Tensor& t, int root) = 0;
   /// out[r] receives rank r's `in` (out must hold size() tensors shaped like `in`).
@@ -64,7 +81,13 @@ class Communicator {
   void reset_stats() { stats_ = CommStats(); }
 
  protected:
-  /// Implementations call this around each collective.
+  /// For asynchronous collectives: counts the call and its bytes as it starts and returns its
+  /// sequence number (the "#N" in a timeout message).
+  int64_t record_start(Op op, int64_t bytes);
+  /// Adds the time spent waiting for an asynchronous collective.
+  void record_wait(Op op, double seconds);
+
+  /// Implementations call this around each blocking collective.
   class Recorder {
    public:
     Recorder(CommStats& s, Op op, int64_t bytes);

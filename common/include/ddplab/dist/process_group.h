@@ -36,6 +36,9 @@ class ProcessGroup final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   void allreduce(torch::Tensor& t) override;
+  /// Launches the c10d allreduce and returns; Pending::wait() waits with the configured timeout.
+  /// The ProcessGroup must outlive the returned Pending.
+  std::shared_ptr<Pending> allreduce_async(torch::Tensor& t) override;
   void broadcast(torch::Tensor& t, int root) override;
   void allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) override;
   void all_to_all(torch::Tensor& out, const torch::Tensor& in) override;
@@ -49,7 +52,10 @@ class ProcessGroup final : public Communicator {
   void shutdown();
 
  private:
+  class AsyncWork;
   void wait(const c10::intrusive_ptr<compat::Work>& work, Op op);
+  /// Waits for collective #sequence of `bytes` bytes; throws ddplab::Error naming them on timeout.
+  void wait(const c10::intrusive_ptr<compat::Work>& work, Op op, int64_t sequence, int64_t bytes);
   int rank_, size_;
   std::string backend_name_;
   c10::intrusive_ptr<compat::Store> store_;

@@ -1,0 +1,364 @@
+// The gradient synchronisation ladder: per-parameter allreduce (the oracle), bucketed allreduce
+// after backward, and bucketed allreduce overlapped with backward through autograd hooks. Each
+// rung only talks to the Communicator interface.
+#include "ddplab/dist/grad_sync.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+
+#include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "ddplab/error.h"
+
+namespace ddplab::dist {
+namespace {
+
+int64_t nbytes(const torch::Tensor& t) {
+  return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+}
+
+void check_dense(const torch::Tensor& grad, size_t index) {
+  DDPLAB_CHECK(grad.layout() == torch::kStrided,
+               fmt::format("grad sync: parameter {} has a sparse gradient; only dense gradients are supported "
+                           "(build torch::nn::Embedding without sparse=true)",
+                           index));
+}
+
+/// Sum over ranks -> average. One helper so every strategy rounds the same way.
+void average_(torch::Tensor& t, int world) { t.div_(world); }
+
+}  // namespace
+
+SyncStrategy parse_sync_strategy(const std::string& name) {
+  if (name == "per-param") return SyncStrategy::kPerParam;
+  if (name == "bucketed") return SyncStrategy::kBucketed;
+  if (name == "overlap") return SyncStrategy::kOverlap;
+  throw ConfigError(fmt::format("--sync '{}': unknown strategy (choose per-param, bucketed or overlap)", name));
+}
+
+const char* sync_strategy_name(SyncStrategy s) {
+  switch (s) {
+    case SyncStrategy::kPerParam: return "per-param";
+    case SyncStrategy::kBucketed: return "bucketed";
+    case SyncStrategy::kOverlap: return "overlap";
+  }
+  return "unknown";
+}
+
+std::vector<Bucket> assign_buckets(const std::vector<torch::Tensor>& params, const BucketOptions& opts) {
+  if (opts.first_bucket_bytes < 1 || opts.bucket_cap_bytes < 1) {
+    throw ConfigError(fmt::format("bucket caps must be at least 1 byte (first bucket {}, later buckets {})",
+                                  opts.first_bucket_bytes, opts.bucket_cap_bytes));
+  }
+  // Reverse order because backward produces gradients roughly in reverse of the order the forward
+  // pass used the parameters, which for most models is the order they were registered. Bucket 0
+  // then fills first and its collective can start while the rest of backward still runs; it is
+  // small (1 MiB) so that it fills, and goes out, early. Later buckets are large because each
+  // collective pays a fixed latency: fewer, bigger messages use the link better.
+  // (PyTorch's reducer differs in two details: it assigns over parameters() in forward order and
+  // reverses the list of buckets afterwards, so its small bucket holds the first-registered
+  // parameters and goes out LAST, to shorten the tail after backward; and it closes a bucket once
+  // it reaches the cap, so a bucket may overshoot by one tensor. Here a bucket never exceeds its
+  // cap unless it holds a single parameter, a rule a student can check by hand.)
+  std::vector<Bucket> buckets;
+  Bucket current;
+  torch::Dtype dtype = torch::kFloat32;
+  torch::Device device = torch::kCPU;
+  auto cap = [&] { return buckets.empty() ? opts.first_bucket_bytes : opts.bucket_cap_bytes; };
+  for (size_t k = params.size(); k-- > 0;) {
+    const torch::Tensor& p = params[k];
+    const int64_t bytes = nbytes(p);
+    const bool fits = current.bytes + bytes <= cap() && p.scalar_type() == dtype && p.device() == device;
+    if (!current.params.empty() && !fits) {
+      buckets.push_back(std::move(current));
+      current = Bucket();
+    }
+    if (current.params.empty()) {
+      dtype = p.scalar_type();
+      device = p.device();
+    }
+    current.params.push_back(k);
+    current.numel += p.numel();
+    current.bytes += bytes;
+  }
+  if (!current.params.empty()) buckets.push_back(std::move(current));
+  return buckets;
+}
+
+// ---------------------------------------------------------------------------------------------
+// GradSync: the step protocol and no_sync, shared by all strategies.
+
+GradSync::NoSync::NoSync(GradSync& sync) : sync_(sync), previous_(sync.enabled_) { sync_.enabled_ = false; }
+GradSync::NoSync::~NoSync() { sync_.enabled_ = previous_; }
+
+GradSync::GradSync(SyncStrategy strategy, Communicator& comm, std::vector<torch::Tensor> params,
+                   std::vector<Bucket> buckets)
+    : comm_(comm), params_(std::move(params)), buckets_(std::move(buckets)), strategy_(strategy) {}
+
+GradSync::~GradSync() = default;
+
+void GradSync::before_backward() {
+  if (!enabled_) return;
+  DDPLAB_CHECK(!step_open_, "grad sync: before_backward() called twice without finish() in between");
+  step_open_ = true;
+  start_ = comm_.stats();
+  arm();
+}
+
+void GradSync::finish() {
+  if (!step_open_) {
+    if (!enabled_) {  // an accumulation micro-step: gradients stay local
+      last_ = SyncStepStats();
+      return;
+    }
+    start_ = comm_.stats();  // before_backward() was skipped: count from here
+  }
+  step_open_ = false;
+  {
+    torch::NoGradGuard no_grad;
+    reduce();
+  }
+  const CommStats& now = comm_.stats();
+  last_.collectives = now.total_calls() - start_.total_calls();
+  last_.bytes = now.total_bytes() - start_.total_bytes();
+  last_.wait_seconds = now.total_seconds() - start_.total_seconds();
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// per-param: the slow, obviously correct reference. One blocking collective per tensor, so a
+// model with many small tensors pays the per-collective latency many times.
+
+std::vector<Bucket> one_bucket_per_param(const std::vector<torch::Tensor>& params) {
+  std::vector<Bucket> buckets;
+  for (size_t i = 0; i < params.size(); ++i) buckets.push_back(Bucket{{i}, params[i].numel(), nbytes(params[i])});
+  return buckets;
+}
+
+class PerParamSync final : public GradSync {
+ public:
+  PerParamSync(Communicator& comm, const std::vector<torch::Tensor>& params)
+      : GradSync(SyncStrategy::kPerParam, comm, params, one_bucket_per_param(params)) {}
+
+ private:
+  void reduce() override {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const torch::Tensor& p = params_[i];
+      torch::Tensor& g = p.mutable_grad();
+      if (!g.defined()) g = torch::zeros_like(p);  // unused here: contribute zeros
+      check_dense(g, i);
+      // Transports want contiguous memory; a gradient normally has its parameter's (contiguous) layout.
+      torch::Tensor t = g.is_contiguous() ? g : g.contiguous();
+      comm_.allreduce(t);
+      average_(t, comm_.size());
+      if (!t.is_same(g)) g.copy_(t);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// bucketed: gradients are copied into one flat buffer per bucket, so a step issues one collective
+// per bucket instead of one per tensor. The buffers are allocated once: a training step should
+// not allocate model-sized memory.
+
+class BucketedSync : public GradSync {
+ public:
+  BucketedSync(SyncStrategy strategy, Communicator& comm, const std::vector<torch::Tensor>& params,
+               const BucketOptions& opts)
+      : GradSync(strategy, comm, params, assign_buckets(params, opts)),
+        bucket_of_(params_.size()),
+        offset_(params_.size()) {
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const torch::Tensor& first = params_[buckets_[b].params.front()];
+      buffers_.push_back(torch::zeros({buckets_[b].numel},
+                                      torch::TensorOptions().dtype(first.scalar_type()).device(first.device())));
+      int64_t offset = 0;
+      for (size_t i : buckets_[b].params) {
+        bucket_of_[i] = b;
+        offset_[i] = offset;
+        offset += params_[i].numel();
+      }
+    }
+  }
+
+ protected:
+  /// Copies parameter i's gradient (zeros if it has none) into its place in its bucket's buffer.
+  void pack(size_t i) {
+    const torch::Tensor& g = params_[i].grad();
+    torch::Tensor dst = slot(i);
+    if (!g.defined()) {
+      dst.zero_();
+      return;
+    }
+    check_dense(g, i);
+    dst.view(g.sizes()).copy_(g);
+  }
+
+  /// Averages bucket b's reduced buffer and copies it back into the gradients.
+  void unpack(size_t b) {
+    average_(buffers_[b], comm_.size());
+    for (size_t i : buckets_[b].params) {
+      const torch::Tensor& p = params_[i];
+      const torch::Tensor src = slot(i).view(p.sizes());
+      torch::Tensor& g = p.mutable_grad();
+      if (!g.defined()) g = torch::empty_like(p);
+      g.copy_(src);
+    }
+  }
+
+  torch::Tensor slot(size_t i) { return buffers_[bucket_of_[i]].narrow(0, offset_[i], params_[i].numel()); }
+
+  std::vector<torch::Tensor> buffers_;  // one flat buffer per bucket
+  std::vector<size_t> bucket_of_;       // parameter -> bucket
+  std::vector<int64_t> offset_;         // parameter -> first element in its bucket's buffer
+
+ private:
+  void reduce() override {
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      for (size_t i : buckets_[b].params) pack(i);
+      comm_.allreduce(buffers_[b]);
+      unpack(b);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// overlap: a bucket's collective starts during backward, the moment its last gradient is ready,
+// and runs while backward computes the gradients of earlier layers. finish() then only waits for
+// what compute did not hide (typically the last buckets: the embeddings, whose gradients come
+// last).
+//
+// Which hook. A tensor hook (Tensor::register_hook) sees the gradient of THIS backward pass
+// before AccumulateGrad adds it into .grad(). After no_sync() micro-steps .grad() already holds
+// earlier micro-batches' gradients, so packing the hook's value would drop them. Instead, like
+// PyTorch's reducer, we attach a post hook to each parameter's AccumulateGrad node (a leaf has no
+// grad_fn; impl::grad_accumulator returns the node that writes .grad()): it runs after the
+// accumulation, so .grad() is the complete local sum. The variable holds that node only weakly
+// and a new one would be created (without our hook) once the last graph using it is gone, so we
+// keep a strong reference for as long as the hooks must fire. (LibTorch 2.1+ has
+// Tensor::register_post_accumulate_grad_hook for this; 1.13 does not.)
+//
+// Order. Collectives are matched across ranks by the order they are issued, and gradients may
+// become ready in a different order on different ranks. So bucket k is launched only after
+// buckets 0..k-1, on every rank: a ready bucket waits for its predecessors. A parameter that got
+// no gradient in this step never fires its hook; finish() packs it (as zeros) and launches every
+// bucket still waiting, in order, so an unused parameter delays its bucket but never deadlocks.
+
+class OverlapSync final : public BucketedSync {
+ public:
+  OverlapSync(Communicator& comm, const std::vector<torch::Tensor>& params, const BucketOptions& opts)
+      : BucketedSync(SyncStrategy::kOverlap, comm, params, opts),
+        ready_(params_.size(), false),
+        remaining_(buckets_.size(), 0),
+        pending_(buckets_.size()) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params_[i]);
+      DDPLAB_CHECK(acc != nullptr, fmt::format("grad sync: parameter {} has no gradient accumulator", i));
+      hook_keys_.push_back(acc->add_post_hook(std::make_unique<ReadyHook>(*this, i)));
+      accumulators_.push_back(std::move(acc));
+    }
+  }
+
+  ~OverlapSync() override {
+    // The hooks point at this object; the parameters (and their accumulators) may outlive it.
+    for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  }
+
+ private:
+  struct ReadyHook final : torch::autograd::FunctionPostHook {
+    ReadyHook(OverlapSync& sync, size_t index) : sync_(sync), index_(index) {}
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                              const torch::autograd::variable_list& /*inputs*/) override {
+      sync_.on_ready(index_);
+      return outputs;
+    }
+    OverlapSync& sync_;
+    size_t index_;
+  };
+
+  void arm() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    reset();
+    armed_ = true;
+  }
+
+  void reset() {
+    std::fill(ready_.begin(), ready_.end(), false);
+    for (size_t b = 0; b < buckets_.size(); ++b) remaining_[b] = buckets_[b].params.size();
+    next_ = 0;
+  }
+
+  // Runs inside backward (on the autograd engine's thread for the parameters' device), once per
+  // parameter, after its gradient was accumulated. Unarmed (no_sync, or a backward outside a
+  // step) it does nothing.
+  void on_ready(size_t i) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!armed_) return;
+    DDPLAB_CHECK(!ready_[i],
+                 fmt::format("grad sync (overlap): parameter {} received a gradient twice in one synced step; its "
+                             "bucket was already sent. Run extra backward passes inside no_sync()",
+                             i));
+    mark_ready(i);
+    launch_ready_buckets();
+  }
+
+  void mark_ready(size_t i) {
+    ready_[i] = true;
+    pack(i);
+    --remaining_[bucket_of_[i]];
+  }
+
+  void launch_ready_buckets() {
+    while (next_ < buckets_.size() && remaining_[next_] == 0) {
+      pending_[next_] = comm_.allreduce_async(buffers_[next_]);
+      ++next_;
+    }
+  }
+
+  void reduce() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!armed_) reset();  // finish() without before_backward(): nothing was packed yet
+    armed_ = false;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!ready_[i]) mark_ready(i);  // no gradient in this backward (or hooks were not armed)
+    }
+    launch_ready_buckets();
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      std::shared_ptr<Pending> p = std::move(pending_[b]);
+      p->wait();
+      unpack(b);
+    }
+  }
+
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps the hooked nodes alive
+  std::vector<std::uintptr_t> hook_keys_;
+  std::mutex mu_;  // hooks may run on an autograd device thread
+  bool armed_ = false;
+  std::vector<bool> ready_;          // parameter -> gradient packed this step
+  std::vector<size_t> remaining_;    // bucket -> parameters not yet packed
+  std::vector<std::shared_ptr<Pending>> pending_;
+  size_t next_ = 0;                  // first bucket not yet launched
+};
+
+}  // namespace
+
+std::unique_ptr<GradSync> make_grad_sync(SyncStrategy strategy, Communicator& comm,
+                                         const std::vector<torch::Tensor>& params, const BucketOptions& opts) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    DDPLAB_CHECK(params[i].defined() && params[i].requires_grad() && params[i].is_leaf(),
+                 fmt::format("grad sync: parameter {} is not a leaf tensor that requires grad", i));
+  }
+  switch (strategy) {
+    case SyncStrategy::kPerParam: return std::make_unique<PerParamSync>(comm, params);
+    case SyncStrategy::kBucketed: return std::make_unique<BucketedSync>(SyncStrategy::kBucketed, comm, params, opts);
+    case SyncStrategy::kOverlap: return std::make_unique<OverlapSync>(comm, params, opts);
+  }
+  throw Error("grad sync: unknown strategy");
+}
+
+}  // namespace ddplab::dist
