@@ -150,6 +150,7 @@ void setup_bench(CLI::App& app) {
       ->capture_default_str();
   train->add_option("--json", o->json, "Also write the figures to this JSON file");
   train->callback([o] { exit_status() = run_bench_train(*o); });
+  setup_bench_allreduce(*bench);
 }
 
 }  // namespace ddplab::tools

@@ -9,6 +9,8 @@ void setup_data(CLI::App& app);    // data gen | verify | stats
 void setup_doctor(CLI::App& app);  // doctor
 void setup_bench(CLI::App& app);   // bench train
 void setup_launch(CLI::App& app);  // launch -n N -- PROGRAM ARGS
+/// Registers `bench allreduce` under the `bench` subcommand (tools/bench_allreduce.cpp).
+void setup_bench_allreduce(CLI::App& bench);
 
 /// Exit status the process returns after a subcommand ran (a benchmark that missed its target: 1).
 int& exit_status();

@@ -1,0 +1,104 @@
+// `ddplab bench allreduce`: all-reduce time, algorithm and bus bandwidth per message size, in the
+// style of nccl-tests, run under any launcher (each rank reads its place from the environment).
+// busbw = algbw * 2(n-1)/n (NVIDIA nccl-tests, doc/PERFORMANCE.md; docs/concepts/metrics.md).
+#include <algorithm>
+#include <memory>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "commands.h"
+#include "ddplab/dist/env.h"
+#include "ddplab/dist/process_group.h"
+#include "ddplab/error.h"
+#include "ddplab/system.h"
+#include "ddplab/timer.h"
+
+namespace ddplab::tools {
+
+struct BenchAllreduceOptions {
+  int64_t min_bytes = 4;
+  int64_t max_bytes = 64LL << 20;
+  int64_t factor = 4;
+  int64_t iters = 20;
+  int64_t warmup = 5;
+  std::string device = "cpu";
+  double timeout = 120;
+};
+
+int run_bench_allreduce(const BenchAllreduceOptions& o) {
+  if (o.min_bytes < 4 || o.max_bytes < o.min_bytes || o.factor < 2) {
+    throw ConfigError(fmt::format("--min-bytes {} --max-bytes {} --factor {}: need 4 <= min <= max and factor >= 2",
+                                  o.min_bytes, o.max_bytes, o.factor));
+  }
+  const auto env = dist::detect_environment();
+  if (env.distributed()) set_process_rank(env.rank);
+  sys::configure_threads(1);
+  torch::Device device = sys::parse_device(o.device);
+  if (device.is_cuda() && !device.has_index()) device = torch::Device(torch::kCUDA, static_cast<int8_t>(env.local_rank));
+  dist::ProcessGroupOptions po;
+  po.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout * 1000));
+  auto pg = dist::ProcessGroup::join(env, device, po);
+  const int n = pg->size();
+  const bool root = pg->rank() == 0;
+  if (root) {
+    fmt::print("# ddplab bench allreduce: {} rank(s), backend {}, device {}, float32 sum, {} iterations after {} warm-up\n",
+               n, pg->backend_name(), device.str(), o.iters, o.warmup);
+    fmt::print("# busbw = algbw * 2(n-1)/n; time: the slowest rank's mean per call, each call started after a barrier\n");
+    fmt::print("{:>12} {:>12} {:>11} {:>10} {:>10} {:>7}\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
+               "busbw(GB/s)", "#wrong");
+  }
+  int64_t wrong_total = 0;
+  for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
+    const int64_t count = bytes / 4;
+    // Values from (rank, index) so the sum is exact: rank + (index % 7).
+    const auto base = (torch::arange(count, torch::kInt64) % 7).to(torch::kFloat32);
+    auto t = (base + static_cast<float>(pg->rank())).to(device);
+    for (int64_t i = 0; i < o.warmup; ++i) pg->allreduce(t);
+    const auto fresh = (base + static_cast<float>(pg->rank())).to(device);
+    double timed = 0.0;
+    for (int64_t i = 0; i < o.iters; ++i) {
+      t.copy_(fresh);  // restore the inputs (untimed) so the result stays exactly checkable
+      if (device.is_cuda()) torch::cuda::synchronize();
+      pg->barrier();
+      const auto start = StepTimer::Clock::now();
+      pg->allreduce(t);
+      if (device.is_cuda()) torch::cuda::synchronize();
+      timed += seconds_since(start);
+    }
+    auto secs = torch::tensor({timed / static_cast<double>(o.iters)}, torch::kFloat64).to(device);
+    // The slowest rank defines the collective's time: all-reduce max via gather to every rank.
+    std::vector<torch::Tensor> all(static_cast<size_t>(n));
+    for (auto& a : all) a = torch::empty_like(secs);
+    pg->allgather(all, secs);
+    double slowest = 0;
+    for (const auto& a : all) slowest = std::max(slowest, a.item<double>());
+    // Check the result of the last call: sum over ranks of (rank + i%7) = n*(i%7) + n(n-1)/2.
+    const auto expected = base * static_cast<float>(n) + static_cast<float>(n * (n - 1) / 2);
+    const int64_t wrong = t.to(torch::kCPU).ne(expected).sum().item<int64_t>();
+    wrong_total += wrong;
+    const double algbw = static_cast<double>(bytes) / slowest / 1e9;
+    const double busbw = algbw * 2.0 * (n - 1) / n;
+    if (root) {
+      fmt::print("{:>12} {:>12} {:>11.1f} {:>10.3f} {:>10.3f} {:>7}\n", bytes, count, slowest * 1e6, algbw, busbw, wrong);
+    }
+  }
+  pg->shutdown();
+  if (root) fmt::print("# {} wrong elements in all: {}\n", wrong_total, wrong_total == 0 ? "OK" : "FAILED");
+  return wrong_total == 0 ? 0 : 1;
+}
+
+void setup_bench_allreduce(CLI::App& bench) {
+  auto o = std::make_shared<BenchAllreduceOptions>();
+  auto* sub = bench.add_subcommand("allreduce", "All-reduce time, algbw and busbw per size (run under a launcher)");
+  sub->add_option("--min-bytes", o->min_bytes, "Smallest message")->capture_default_str();
+  sub->add_option("--max-bytes", o->max_bytes, "Largest message")->capture_default_str();
+  sub->add_option("--factor", o->factor, "Size step factor")->capture_default_str();
+  sub->add_option("--iters", o->iters, "Timed calls per size")->capture_default_str();
+  sub->add_option("--warmup", o->warmup, "Untimed calls per size")->capture_default_str();
+  sub->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")->capture_default_str();
+  sub->add_option("--comm-timeout", o->timeout, "Seconds before a collective fails")->capture_default_str();
+  sub->callback([o] { exit_status() = run_bench_allreduce(*o); });
+}
+
+}  // namespace ddplab::tools
