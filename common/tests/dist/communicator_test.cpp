@@ -3,6 +3,8 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "thread_ranks.h"
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "ddplab/config.h"
@@ -13,28 +15,7 @@ namespace {
 
 using ddplab::dist::ProcessGroup;
 
-/// Runs fn(pg) on `world` threads, one ProcessGroup each; rethrows the first failure.
-template <typename Fn>
-void run_ranks(int world, Fn fn, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        ddplab::dist::ProcessGroupOptions o;
-        o.timeout = timeout;
-        ProcessGroup pg(store, r, world, torch::kCPU, o);
-        fn(pg);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
+using ddplab::testing::run_ranks;
 
 torch::Tensor values(int rank, int64_t n) {
   // 1000 * rank + index: exact in float32 for these sizes.
