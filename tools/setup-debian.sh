@@ -43,7 +43,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "ddplab set-up: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  $SUDO apt-get install -y -qq "${missing[@]}"
 else
   echo "ddplab set-up: all packages present"
 fi
