@@ -5,7 +5,11 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <cinttypes>
+#include <cstdio>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "ddplab/config.h"
 #include "ddplab/error.h"
@@ -81,9 +85,11 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<compat::Store> store, int rank, in
                       "this LibTorch were not found at configure time)");
 #endif
   }
+  start_publisher();
 }
 
 ProcessGroup::~ProcessGroup() {
+  stop_publisher();
   backend_.reset();
   store_.reset();
 }
@@ -97,13 +103,84 @@ void ProcessGroup::wait(const c10::intrusive_ptr<compat::Work>& work, Op op, int
   try {
     work->wait(opts_.timeout);
   } catch (const std::exception& e) {
-    throw Error(fmt::format("rank {}: {} #{} ({} bytes) did not complete within {} ms: {}", rank_, op_name(op),
-                            sequence, bytes, opts_.timeout.count(), e.what()));
+    throw Error(fmt::format("rank {}: {} #{} ({} bytes) did not complete within {} ms. {}. Backend: {}", rank_,
+                            op_name(op), sequence, bytes, opts_.timeout.count(), describe_ranks(), e.what()));
   }
+}
+
+void ProcessGroup::note_entered(Op op, int64_t sequence, int64_t bytes) {
+  entered_op_.store(static_cast<int>(op));
+  entered_bytes_.store(bytes);
+  entered_seq_.store(sequence);
+}
+
+namespace {
+std::string progress_key(int rank) { return fmt::format("ddplab/last_collective/{}", rank); }
+}  // namespace
+
+void ProcessGroup::publish_progress() {
+  const int64_t seq = entered_seq_.load();
+  if (seq == published_seq_.load() || !store_) return;
+  const std::string v = fmt::format("{} {} {}", seq, op_name(static_cast<Op>(entered_op_.load())), entered_bytes_.load());
+  try {
+    store_->set(progress_key(rank_), std::vector<uint8_t>(v.begin(), v.end()));
+    published_seq_.store(seq);
+  } catch (const std::exception&) {
+    // The store may be gone at shutdown or when rank 0 died; diagnosis is best effort.
+  }
+}
+
+std::string ProcessGroup::describe_ranks() {
+  if (!store_ || opts_.publish_interval.count() == 0) return "no per-rank progress (publishing is off)";
+  publish_progress();
+  std::vector<std::string> parts;
+  for (int r = 0; r < size_; ++r) {
+    try {
+      if (!store_->check({progress_key(r)})) {
+        parts.push_back(fmt::format("rank {} entered no collective yet", r));
+        continue;
+      }
+      const auto raw = store_->get(progress_key(r));
+      const std::string v(raw.begin(), raw.end());
+      int64_t seq = 0, bytes = 0;
+      char op[32] = {0};
+      if (std::sscanf(v.c_str(), "%" SCNd64 " %31s %" SCNd64, &seq, op, &bytes) == 3) {
+        parts.push_back(fmt::format("rank {} last entered {} #{} ({} bytes)", r, op, seq, bytes));
+      }
+    } catch (const std::exception&) {
+      parts.push_back(fmt::format("rank {}: unknown (the store did not answer)", r));
+    }
+  }
+  return fmt::format("Last collective entered per rank: {}", fmt::join(parts, "; "));
+}
+
+void ProcessGroup::start_publisher() {
+  if (opts_.publish_interval.count() == 0 || size_ == 1) return;
+  // A thread, not a store write per collective: a TCPStore write is a round trip to rank 0, and
+  // per-parameter sync issues a dozen collectives a step.
+  publisher_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(publisher_mutex_);
+    while (!publisher_stop_) {
+      publisher_cv_.wait_for(lock, opts_.publish_interval);
+      lock.unlock();
+      publish_progress();
+      lock.lock();
+    }
+  });
+}
+
+void ProcessGroup::stop_publisher() {
+  {
+    std::lock_guard<std::mutex> lock(publisher_mutex_);
+    publisher_stop_ = true;
+  }
+  publisher_cv_.notify_all();
+  if (publisher_.joinable()) publisher_.join();
 }
 
 void ProcessGroup::allreduce(torch::Tensor& t) {
   Recorder r(stats_, Op::kAllreduce, nbytes(t));
+  note_entered(Op::kAllreduce, stats_.sequence, stats_.last_bytes);
   std::vector<at::Tensor> v{t};
   wait(backend_->allreduce(v), Op::kAllreduce);
 }
@@ -140,12 +217,14 @@ class ProcessGroup::AsyncWork final : public Pending {
 std::shared_ptr<Pending> ProcessGroup::allreduce_async(torch::Tensor& t) {
   const int64_t bytes = nbytes(t);
   const int64_t sequence = record_start(Op::kAllreduce, bytes);
+  note_entered(Op::kAllreduce, sequence, bytes);
   std::vector<at::Tensor> v{t};
   return std::make_shared<AsyncWork>(*this, backend_->allreduce(v), sequence, bytes);
 }
 
 void ProcessGroup::broadcast(torch::Tensor& t, int root) {
   Recorder r(stats_, Op::kBroadcast, nbytes(t));
+  note_entered(Op::kBroadcast, stats_.sequence, stats_.last_bytes);
   std::vector<at::Tensor> v{t};
   c10d::BroadcastOptions o;
   o.rootRank = root;
@@ -156,6 +235,7 @@ void ProcessGroup::allgather(std::vector<torch::Tensor>& out, const torch::Tenso
   DDPLAB_CHECK(static_cast<int>(out.size()) == size_,
                fmt::format("allgather: {} output tensors for {} ranks", out.size(), size_));
   Recorder r(stats_, Op::kAllgather, nbytes(in));
+  note_entered(Op::kAllgather, stats_.sequence, stats_.last_bytes);
   std::vector<std::vector<at::Tensor>> o{out};
   std::vector<at::Tensor> i{in};
   wait(backend_->allgather(o, i), Op::kAllgather);
@@ -164,6 +244,7 @@ void ProcessGroup::allgather(std::vector<torch::Tensor>& out, const torch::Tenso
 void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in) {
   DDPLAB_CHECK(in.size(0) % size_ == 0, fmt::format("all_to_all: dim 0 ({}) is not divisible by {} ranks", in.size(0), size_));
   Recorder r(stats_, Op::kAllToAll, nbytes(in));
+  note_entered(Op::kAllToAll, stats_.sequence, stats_.last_bytes);
   at::Tensor i = in;
   std::vector<int64_t> equal;  // empty split sizes: equal chunks
   wait(backend_->alltoall_base(out, i, equal, equal), Op::kAllToAll);
@@ -171,24 +252,28 @@ void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in) {
 
 void ProcessGroup::send(const torch::Tensor& t, int dst, int tag) {
   Recorder r(stats_, Op::kSend, nbytes(t));
+  note_entered(Op::kSend, stats_.sequence, stats_.last_bytes);
   std::vector<at::Tensor> v{t};
   wait(backend_->send(v, dst, tag), Op::kSend);
 }
 
 void ProcessGroup::recv(torch::Tensor& t, int src, int tag) {
   Recorder r(stats_, Op::kRecv, nbytes(t));
+  note_entered(Op::kRecv, stats_.sequence, stats_.last_bytes);
   std::vector<at::Tensor> v{t};
   wait(backend_->recv(v, src, tag), Op::kRecv);
 }
 
 void ProcessGroup::barrier() {
   Recorder r(stats_, Op::kBarrier, 0);
+  note_entered(Op::kBarrier, stats_.sequence, stats_.last_bytes);
   wait(backend_->barrier(), Op::kBarrier);
 }
 
 void ProcessGroup::shutdown() {
   if (!backend_) return;
   barrier();
+  stop_publisher();
   backend_.reset();
   store_.reset();
 }

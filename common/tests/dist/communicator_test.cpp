@@ -101,26 +101,32 @@ TEST(BroadcastModule, EveryRankEndsWithRootsWeights) {
   });
 }
 
-TEST(ProcessGroup, MissingPeerTimesOutWithTheCollectiveNamed) {
-  // Rank 1 never enters the allreduce: rank 0 must fail, naming the op, its number and size.
+TEST(ProcessGroup, MissingPeerTimesOutNamingWhatEachRankLastEntered) {
+  // Both ranks complete allreduce #1; then rank 0 enters allreduce #2 and rank 1 never does.
+  // Rank 0 must fail within its timeout, naming its own collective and rank 1's last one.
   try {
     run_ranks(
         2,
         [](ProcessGroup& pg) {
+          auto t = torch::ones({10});
+          pg.allreduce(t);
           if (pg.rank() == 0) {
-            auto t = torch::ones({10});
             pg.allreduce(t);
           } else {
-            std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+            std::this_thread::sleep_for(std::chrono::milliseconds(2500));
           }
         },
-        std::chrono::milliseconds(500));
+        std::chrono::milliseconds(1000));
     FAIL() << "no timeout";
   } catch (const ddplab::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("allreduce #1 (40 bytes) did not complete within 500 ms"), std::string::npos)
-        << e.what();
+    const std::string what = e.what();
+    EXPECT_NE(what.find("rank 0: allreduce #2 (40 bytes) did not complete within 1000 ms"), std::string::npos) << what;
+    EXPECT_NE(what.find("rank 0 last entered allreduce #2 (40 bytes); rank 1 last entered allreduce #1 (40 bytes)"),
+              std::string::npos)
+        << what;
   }
 }
+
 #else
 TEST(Collectives, NeedGloo) { GTEST_SKIP() << "this LibTorch build has no Gloo backend"; }
 #endif

@@ -3,7 +3,11 @@
 // collective timeout that turns a hang into an error.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <string>
 
@@ -18,6 +22,9 @@ namespace ddplab::dist {
 struct ProcessGroupOptions {
   /// Collectives and the rendezvous fail after this long instead of hanging (--comm-timeout).
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  /// How often each rank publishes the collective it entered last to the store, for the stall
+  /// diagnosis in timeout errors (0: never).
+  std::chrono::milliseconds publish_interval{std::chrono::milliseconds(200)};
 };
 
 class ProcessGroup final : public Communicator {
@@ -56,6 +63,20 @@ class ProcessGroup final : public Communicator {
   void wait(const c10::intrusive_ptr<compat::Work>& work, Op op);
   /// Waits for collective #sequence of `bytes` bytes; throws ddplab::Error naming them on timeout.
   void wait(const c10::intrusive_ptr<compat::Work>& work, Op op, int64_t sequence, int64_t bytes);
+  /// Records the collective this rank just entered (read by the publisher thread).
+  void note_entered(Op op, int64_t sequence, int64_t bytes);
+  /// Writes this rank's last entered collective to the store if it changed.
+  void publish_progress();
+  /// "rank 0 last entered allreduce #12 (40 bytes); rank 1 ..." from the store, best effort.
+  std::string describe_ranks();
+  void start_publisher();
+  void stop_publisher();
+  std::atomic<int64_t> entered_seq_{0}, entered_bytes_{0}, published_seq_{-1};
+  std::atomic<int> entered_op_{static_cast<int>(Op::kCount)};
+  std::thread publisher_;
+  std::mutex publisher_mutex_;
+  std::condition_variable publisher_cv_;
+  bool publisher_stop_ = false;
   int rank_, size_;
   std::string backend_name_;
   c10::intrusive_ptr<compat::Store> store_;
