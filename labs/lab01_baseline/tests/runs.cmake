@@ -32,6 +32,20 @@ if(LAB_TREE STREQUAL "solutions")
                    -DJSON=${LAB_RUNS}_launch/rank1.json "-DJSON_EQ=rank=1;world_size=2;config.launcher=torchrun;status=ok"
                    -P ${PROJECT_SOURCE_DIR}/cmake/CheckRun.cmake)
   set_tests_properties(${LAB_TARGET}.under_ddplab_launch PROPERTIES FIXTURES_REQUIRED tiny_data LABELS "lab;launch")
+  # Debian 12's torchrun (PyTorch 1.13) spells --no_python and needs --redirects 1 --tee 1.
+  find_program(DDPLAB_TORCHRUN torchrun)
+  if(DDPLAB_TORCHRUN)
+    add_test(NAME ${LAB_TARGET}.under_torchrun
+             COMMAND ${CMAKE_COMMAND} -DCLEAN=${LAB_RUNS}_torchrun
+                     "-DCMD=${DDPLAB_TORCHRUN};--standalone;--nproc_per_node;2;--no_python;--redirects;1;--tee;1;${short};--report;${LAB_RUNS}_torchrun/rank{rank}.json"
+                     "-DEXPECT_REGEX=rank 1/2 \\(local 1/2, node 0\\) via torchrun"
+                     -DJSON=${LAB_RUNS}_torchrun/rank1.json "-DJSON_EQ=rank=1;world_size=2;config.launcher=torchrun;status=ok"
+                     -P ${PROJECT_SOURCE_DIR}/cmake/CheckRun.cmake)
+    set_tests_properties(${LAB_TARGET}.under_torchrun PROPERTIES FIXTURES_REQUIRED tiny_data LABELS "lab;launch")
+  else()
+    message(WARNING "torchrun not found (Debian: python3-torch, installed by tools/setup-debian.sh): "
+                    "the test of labs under torchrun is not registered")
+  endif()
   find_program(DDPLAB_MPIRUN mpirun)
   if(DDPLAB_MPIRUN)
     add_test(NAME ${LAB_TARGET}.under_mpirun
