@@ -48,8 +48,8 @@ class LabRun {
   /// Where this process sits in the job, from the launcher's variables (dist/env.h).
   const dist::Environment& environment() const noexcept { return env_; }
   /// Registers the communicator the lab trains with, so the report includes its statistics
-  /// (calls, bytes and time per collective). The run does not own it.
-  void set_communicator(const dist::Communicator* comm) { comm_ = comm; }
+  /// (calls, bytes and time per collective). The run keeps it alive until the report is written.
+  void set_communicator(std::shared_ptr<const dist::Communicator> comm) { comm_ = std::move(comm); }
   const data::Dataset& train() const { return *train_; }
   const data::Dataset& test() const { return *test_; }
   /// Training samples in use (--train-samples, else the whole split).
@@ -89,7 +89,7 @@ class LabRun {
   LabOptions opts_;
   torch::Device device_{torch::kCPU};
   dist::Environment env_;
-  const dist::Communicator* comm_ = nullptr;
+  std::shared_ptr<const dist::Communicator> comm_;
   std::unique_ptr<data::Dataset> train_, test_;
   uint64_t train_size_ = 0, eval_size_ = 0;
   StepTimer timer_;
