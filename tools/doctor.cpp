@@ -2,9 +2,11 @@
 // flags, which BLAS is really loaded and its single-thread SGEMM rate, cores, CUDA, NCCL, Gloo.
 #include <iostream>
 #include <memory>
+#include <vector>
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -25,10 +27,11 @@ struct DoctorOptions {
   double min_sgemm_gflops = 20.0;
 };
 
-std::string first_line_with(const std::string& text, const std::string& key) {
-  const auto pos = text.find(key);
+/// "KEY=value" from LibTorch's build description (values end at a comma or a line end), or "".
+std::string setting(const std::string& text, const std::string& key) {
+  const auto pos = text.find(key + "=");
   if (pos == std::string::npos) return "";
-  const auto end = text.find('\n', pos);
+  const auto end = text.find_first_of(",\n", pos);
   return text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
 }
 
@@ -55,10 +58,11 @@ int run_doctor(const DoctorOptions& o) {
   } else {
     fmt::print("ddplab {} ({} build, lab tree: {})\n", DDPLAB_VERSION, DDPLAB_BUILD_TYPE, DDPLAB_LAB_TREE);
     fmt::print("LibTorch      {} (C++11 ABI {})\n", TORCH_VERSION, _GLIBCXX_USE_CXX11_ABI);
-    for (const char* key : {"BLAS_INFO", "LAPACK_INFO", "USE_MKLDNN", "USE_OPENMP", "CXX_FLAGS"}) {
-      const std::string line = first_line_with(cfg, key);
-      if (!line.empty()) fmt::print("              {}\n", line.substr(0, 100));
+    std::vector<std::string> settings;
+    for (const char* key : {"BLAS_INFO", "LAPACK_INFO", "USE_MKLDNN", "USE_OPENMP", "USE_NCCL", "USE_MPI"}) {
+      if (auto kv = setting(cfg, key); !kv.empty()) settings.push_back(kv);
     }
+    if (!settings.empty()) fmt::print("              {}\n", fmt::join(settings, ", "));
     fmt::print("BLAS          {} ({})\n", blas.vendor, blas.library.empty() ? "not found" : blas.library);
     if (!blas.config.empty()) fmt::print("              {}\n", blas.config);
     fmt::print("SGEMM         {:.1f} GFLOP/s on one thread (512x429 by 429x400, torch::linear)  {}\n", sgemm,
