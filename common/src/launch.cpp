@@ -230,6 +230,8 @@ class Job {
   void signal_running(int sig);
   void kill_all_groups();
   void drain_after_exit();
+  /// Appends every rank pipe still open to `fds`, with its rank and whether it is stderr.
+  void add_open_pipes(std::vector<pollfd>& fds, std::vector<std::pair<Rank*, bool>>& owners);
   void message(const std::string& text);
   std::vector<int> running_ranks() const;
   void cleanup();
@@ -536,16 +538,7 @@ void Job::event_loop() {
     fds.clear();
     owners.clear();
     fds.push_back({wake_[0], POLLIN, 0});
-    for (auto& r : ranks_) {
-      if (r.out.fd >= 0) {
-        fds.push_back({r.out.fd, POLLIN, 0});
-        owners.emplace_back(&r, false);
-      }
-      if (r.err.fd >= 0) {
-        fds.push_back({r.err.fd, POLLIN, 0});
-        owners.emplace_back(&r, true);
-      }
-    }
+    add_open_pipes(fds, owners);
     // Exits are noticed by polling waitpid: a SIGCHLD handler would be process-wide state that
     // the grader's own child handling could trip over. 50 ms is unnoticeable next to a rank's run.
     auto now = Clock::now();
@@ -629,6 +622,19 @@ void Job::kill_all_groups() {
   }
 }
 
+void Job::add_open_pipes(std::vector<pollfd>& fds, std::vector<std::pair<Rank*, bool>>& owners) {
+  for (auto& r : ranks_) {
+    if (r.out.fd >= 0) {
+      fds.push_back({r.out.fd, POLLIN, 0});
+      owners.emplace_back(&r, false);
+    }
+    if (r.err.fd >= 0) {
+      fds.push_back({r.err.fd, POLLIN, 0});
+      owners.emplace_back(&r, true);
+    }
+  }
+}
+
 /// After every rank exited: read their pipes to the end. A process that left its group (setsid)
 /// can keep a pipe open forever, so this waits a bounded time.
 void Job::drain_after_exit() {
@@ -636,16 +642,7 @@ void Job::drain_after_exit() {
   for (;;) {
     std::vector<pollfd> fds;
     std::vector<std::pair<Rank*, bool>> owners;
-    for (auto& r : ranks_) {
-      if (r.out.fd >= 0) {
-        fds.push_back({r.out.fd, POLLIN, 0});
-        owners.emplace_back(&r, false);
-      }
-      if (r.err.fd >= 0) {
-        fds.push_back({r.err.fd, POLLIN, 0});
-        owners.emplace_back(&r, true);
-      }
-    }
+    add_open_pipes(fds, owners);
     if (fds.empty()) return;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
     if (left.count() <= 0) break;

@@ -25,36 +25,30 @@ if(LAB_TREE STREQUAL "solutions")
   # environment (ddplab launch sets torchrun's variables; mpirun sets OMPI_COMM_WORLD_*). Lab 01
   # never talks across ranks, so these are two independent trainers — lab 02's starting point.
   set(short $<TARGET_FILE:${LAB_TARGET}>;--data;${DDPLAB_TINY_DATA};--max-steps;3;--log-every;0;--eval-samples;1000)
-  add_test(NAME ${LAB_TARGET}.under_ddplab_launch
-           COMMAND ${CMAKE_COMMAND} -DCLEAN=${LAB_RUNS}_launch
-                   "-DCMD=$<TARGET_FILE:ddplab>;launch;-n;2;--;${short};--report;${LAB_RUNS}_launch/rank{rank}.json"
-                   "-DEXPECT_REGEX=\\[rank 1\\] rank 1/2 \\(local 1/2, node 0\\) via torchrun"
-                   -DJSON=${LAB_RUNS}_launch/rank1.json "-DJSON_EQ=rank=1;world_size=2;config.launcher=torchrun;status=ok"
-                   -P ${PROJECT_SOURCE_DIR}/cmake/CheckRun.cmake)
-  set_tests_properties(${LAB_TARGET}.under_ddplab_launch PROPERTIES FIXTURES_REQUIRED tiny_data LABELS "lab;launch")
+  # Registers <target>.under_<name>: the launcher command runs 2 ranks, rank 1 must say where it
+  # sits and write a report naming `source` (the launcher the environment detection found).
+  # `prefix` is a regex the line must start with (ddplab launch adds "[rank 1] ").
+  function(lab_launch_test name source launcher prefix)
+    add_test(NAME ${LAB_TARGET}.under_${name}
+             COMMAND ${CMAKE_COMMAND} -DCLEAN=${LAB_RUNS}_${name}
+                     "-DCMD=${launcher};${short};--report;${LAB_RUNS}_${name}/rank{rank}.json"
+                     "-DEXPECT_REGEX=${prefix}rank 1/2 \\(local 1/2, node 0\\) via ${source}"
+                     -DJSON=${LAB_RUNS}_${name}/rank1.json "-DJSON_EQ=rank=1;world_size=2;config.launcher=${source};status=ok"
+                     -P ${PROJECT_SOURCE_DIR}/cmake/CheckRun.cmake)
+    set_tests_properties(${LAB_TARGET}.under_${name} PROPERTIES FIXTURES_REQUIRED tiny_data LABELS "lab;launch")
+  endfunction()
+  lab_launch_test(ddplab_launch torchrun "$<TARGET_FILE:ddplab>;launch;-n;2;--" "\\[rank 1\\] ")
   # Debian 12's torchrun (PyTorch 1.13) spells --no_python and needs --redirects 1 --tee 1.
   find_program(DDPLAB_TORCHRUN torchrun)
   if(DDPLAB_TORCHRUN)
-    add_test(NAME ${LAB_TARGET}.under_torchrun
-             COMMAND ${CMAKE_COMMAND} -DCLEAN=${LAB_RUNS}_torchrun
-                     "-DCMD=${DDPLAB_TORCHRUN};--standalone;--nproc_per_node;2;--no_python;--redirects;1;--tee;1;${short};--report;${LAB_RUNS}_torchrun/rank{rank}.json"
-                     "-DEXPECT_REGEX=rank 1/2 \\(local 1/2, node 0\\) via torchrun"
-                     -DJSON=${LAB_RUNS}_torchrun/rank1.json "-DJSON_EQ=rank=1;world_size=2;config.launcher=torchrun;status=ok"
-                     -P ${PROJECT_SOURCE_DIR}/cmake/CheckRun.cmake)
-    set_tests_properties(${LAB_TARGET}.under_torchrun PROPERTIES FIXTURES_REQUIRED tiny_data LABELS "lab;launch")
+    lab_launch_test(torchrun torchrun "${DDPLAB_TORCHRUN};--standalone;--nproc_per_node;2;--no_python;--redirects;1;--tee;1" "")
   else()
     message(WARNING "torchrun not found (Debian: python3-torch, installed by tools/setup-debian.sh): "
                     "the test of labs under torchrun is not registered")
   endif()
   find_program(DDPLAB_MPIRUN mpirun)
   if(DDPLAB_MPIRUN)
-    add_test(NAME ${LAB_TARGET}.under_mpirun
-             COMMAND ${CMAKE_COMMAND} -DCLEAN=${LAB_RUNS}_mpirun
-                     "-DCMD=${DDPLAB_MPIRUN};--allow-run-as-root;--oversubscribe;-np;2;${short};--report;${LAB_RUNS}_mpirun/rank{rank}.json"
-                     "-DEXPECT_REGEX=rank 1/2 \\(local 1/2, node 0\\) via openmpi"
-                     -DJSON=${LAB_RUNS}_mpirun/rank1.json "-DJSON_EQ=rank=1;world_size=2;config.launcher=openmpi;status=ok"
-                     -P ${PROJECT_SOURCE_DIR}/cmake/CheckRun.cmake)
-    set_tests_properties(${LAB_TARGET}.under_mpirun PROPERTIES FIXTURES_REQUIRED tiny_data LABELS "lab;launch")
+    lab_launch_test(mpirun openmpi "${DDPLAB_MPIRUN};--allow-run-as-root;--oversubscribe;-np;2" "")
   else()
     message(WARNING "mpirun not found (Debian: openmpi-bin, installed by tools/setup-debian.sh): "
                     "the test of labs under mpirun is not registered")
