@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "bench_common.h"
 #include "commands.h"
 #include "ddplab/data/generator.h"
 #include "ddplab/data/loader.h"
@@ -33,14 +34,14 @@ struct BenchTrainOptions {
   std::string json;
 };
 
-/// A pool of distinct real batches drawn from the generator, so the benchmark needs no data set
-/// on disk and still trains on the workload's id distribution.
-std::vector<data::Batch> synthetic_batches(int64_t batch, int count, torch::Device device) {
+}  // namespace
+
+std::vector<data::Batch> synthetic_batches(int64_t batch, int count, torch::Device device, uint64_t first_sample) {
   const data::Generator gen(1);
   std::vector<data::Sample> samples(static_cast<size_t>(batch));
   std::vector<data::Batch> out;
   for (int b = 0; b < count; ++b) {
-    const uint64_t first = static_cast<uint64_t>(b) * static_cast<uint64_t>(batch);
+    const uint64_t first = first_sample + static_cast<uint64_t>(b) * static_cast<uint64_t>(batch);
     gen.fill(first, static_cast<uint64_t>(batch), samples.data());
     data::Batch x = data::make_batch(samples.data(), samples.size(), first);
     x.dense = x.dense.to(device);
@@ -50,6 +51,8 @@ std::vector<data::Batch> synthetic_batches(int64_t batch, int count, torch::Devi
   }
   return out;
 }
+
+namespace {
 
 int run_bench_train(const BenchTrainOptions& o) {
   if (o.batch < 1) throw ConfigError(fmt::format("--batch {}: must be at least 1", o.batch));
@@ -151,6 +154,7 @@ void setup_bench(CLI::App& app) {
   train->add_option("--json", o->json, "Also write the figures to this JSON file");
   train->callback([o] { exit_status() = run_bench_train(*o); });
   setup_bench_allreduce(*bench);
+  setup_bench_scaling(*bench);
 }
 
 }  // namespace ddplab::tools

@@ -11,6 +11,8 @@ void setup_bench(CLI::App& app);   // bench train
 void setup_launch(CLI::App& app);  // launch -n N -- PROGRAM ARGS
 /// Registers `bench allreduce` under the `bench` subcommand (tools/bench_allreduce.cpp).
 void setup_bench_allreduce(CLI::App& bench);
+/// Registers `bench scaling` (and its hidden per-rank worker) under `bench` (tools/bench_scaling.cpp).
+void setup_bench_scaling(CLI::App& bench);
 
 /// Exit status the process returns after a subcommand ran (a benchmark that missed its target: 1).
 int& exit_status();

@@ -1,0 +1,296 @@
+// `ddplab bench scaling`: data-parallel training throughput at 1..N ranks on this machine, judged
+// against what the machine itself can give N processes.
+//
+// For each world size n the benchmark launches, with the kit's launcher, n copies of a hidden
+// worker (`ddplab bench scaling-worker`) twice:
+//   1. compute only — n independent trainers that never talk. The sum of their throughputs is the
+//      machine's n-process compute capacity: it already includes what n processes cost each other
+//      (shared cores, memory bandwidth, caches), so communication is the only thing left to judge.
+//   2. data parallel — the same n trainers joined in a process group, gradients averaged with the
+//      chosen rung of the sync ladder (--sync), each rank on its own samples.
+// efficiency(n) = unique samples/s of (2) / capacity (1). The target: efficiency at 2 ranks >= 0.9.
+// Definitions: docs/concepts/metrics.md ("Scaling efficiency"); discussion: gradient-sync.md.
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "bench_common.h"
+#include "commands.h"
+#include "ddplab/deepfm.h"
+#include "ddplab/dist/env.h"
+#include "ddplab/dist/grad_sync.h"
+#include "ddplab/dist/process_group.h"
+#include "ddplab/error.h"
+#include "ddplab/launch.h"
+#include "ddplab/report.h"
+#include "ddplab/system.h"
+#include "ddplab/timer.h"
+
+namespace fs = std::filesystem;
+
+namespace ddplab::tools {
+namespace {
+
+struct WorkerOptions {
+  int64_t batch = 512;
+  int threads = 1;
+  int64_t warmup = 5;
+  int64_t steps = 30;
+  std::string sync = "bucketed";  ///< a SyncStrategy name, or "none" (compute only, no process group)
+  std::string out;                ///< folder for rank<R>.json
+  double timeout = 120;
+};
+
+/// One rank: warm-up, then `steps` timed training steps on its own synthetic samples.
+int run_worker(const WorkerOptions& o) {
+  const auto env = dist::detect_environment();
+  if (env.distributed()) set_process_rank(env.rank);
+  sys::configure_threads(o.threads);
+  sys::tune_allocator();
+  const torch::Device device = torch::kCPU;
+  const bool comm = o.sync != "none";
+
+  std::shared_ptr<dist::ProcessGroup> pg;
+  std::unique_ptr<dist::GradSync> sync;
+  torch::manual_seed(0);  // the same initial model on every rank: no broadcast needed
+  DeepFM model;
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
+  if (comm) {
+    dist::ProcessGroupOptions po;
+    po.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout * 1000));
+    pg = dist::ProcessGroup::join(env, device, po);
+    sync = dist::make_grad_sync(dist::parse_sync_strategy(o.sync), *pg, model->parameters());
+  }
+  // Distinct samples per rank (ids far apart), so the samples/s of all ranks are unique samples.
+  const auto batches = synthetic_batches(o.batch, 8, device, static_cast<uint64_t>(env.rank) * 1000000ULL);
+
+  StepTimer timer;
+  auto step = [&](const data::Batch& b) {
+    timer.begin_step();
+    opt.zero_grad();
+    torch::Tensor loss;
+    {
+      auto s = timer.scope(Phase::kForward);
+      loss = torch::binary_cross_entropy_with_logits(model->forward(b.dense, b.rows), b.labels);
+    }
+    if (sync) sync->before_backward();
+    {
+      auto s = timer.scope(Phase::kBackward);
+      loss.backward();
+    }
+    if (sync) {
+      auto s = timer.scope(Phase::kComm);
+      sync->finish();
+    }
+    {
+      auto s = timer.scope(Phase::kOptimizer);
+      opt.step();
+    }
+    timer.end_step();
+  };
+  for (int64_t i = 0; i < o.warmup; ++i) step(batches[static_cast<size_t>(i) % batches.size()]);
+  if (pg) pg->barrier();  // every rank starts timing together
+  timer.reset();
+  if (pg) pg->reset_stats();
+  for (int64_t i = 0; i < o.steps; ++i) step(batches[static_cast<size_t>(i) % batches.size()]);
+
+  nlohmann::json j = {{"rank", env.rank},
+                      {"world_size", env.world_size},
+                      {"sync", o.sync},
+                      {"batch", o.batch},
+                      {"steps", timer.steps()},
+                      {"step_median_s", median(timer.step_seconds())},
+                      {"wall_s", timer.wall()},
+                      {"compute_s", timer.compute()},
+                      {"comm_s", timer.total(Phase::kComm)},
+                      {"parameters", parameter_digest(*model)}};
+  if (pg) {
+    j["collectives_per_step"] = static_cast<double>(pg->stats().total_calls()) / static_cast<double>(o.steps);
+    j["bytes_per_step"] = static_cast<double>(pg->stats().total_bytes()) / static_cast<double>(o.steps);
+    pg->barrier();
+    pg->shutdown();
+  }
+  write_file_atomic((fs::path(o.out) / fmt::format("rank{}.json", env.rank)).string(), j.dump(2) + "\n");
+  return 0;
+}
+
+struct ScalingOptions {
+  std::vector<int> ranks;  ///< world sizes; empty = 1..usable cores
+  int64_t batch = 512;
+  int threads = 1;
+  int64_t warmup = 5;
+  int64_t steps = 30;
+  std::string sync = "overlap";
+  double target = 0.9;
+  double timeout = 600;
+  std::string json;
+  bool keep = false;
+};
+
+/// One job of n workers; returns their reports by rank. A failed job throws with its output.
+std::vector<nlohmann::json> run_job(const ScalingOptions& o, int n, const std::string& sync, const fs::path& dir) {
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  LaunchSpec spec;
+  spec.nproc = n;
+  spec.command = {fs::canonical("/proc/self/exe").string(),
+                  "bench",
+                  "scaling-worker",
+                  "--batch",
+                  std::to_string(o.batch),
+                  "--threads",
+                  std::to_string(o.threads),
+                  "--warmup",
+                  std::to_string(o.warmup),
+                  "--steps",
+                  std::to_string(o.steps),
+                  "--sync",
+                  sync,
+                  "--out",
+                  dir.string()};
+  spec.timeout_s = o.timeout;
+  std::ostringstream log;
+  spec.on_line = [&](int rank, bool, const std::string& line) { log << "[rank " << rank << "] " << line << "\n"; };
+  spec.on_message = [&](const std::string& m) { log << m << "\n"; };
+  const LaunchResult r = launch(spec);
+  if (r.exit_code != 0) {
+    throw Error(fmt::format("bench scaling: the {}-rank {} job failed: {}\n{}", n, sync, r.summary, log.str()));
+  }
+  std::vector<nlohmann::json> out;
+  for (int rank = 0; rank < n; ++rank) {
+    const auto path = dir / fmt::format("rank{}.json", rank);
+    std::ifstream in(path);
+    if (!in) throw Error(fmt::format("bench scaling: {} is missing after the {}-rank {} job", path.string(), n, sync));
+    out.push_back(nlohmann::json::parse(in));
+  }
+  return out;
+}
+
+struct Row {
+  int n = 0;
+  double capacity = 0;     ///< samples/s of n independent trainers, summed
+  double ddp = 0;          ///< unique samples/s of the data-parallel job
+  double step_ms = 0;      ///< the job's step time: slowest rank's median
+  double comm_fraction = 0;  ///< exposed communication / wall, rank 0
+  double collectives = 0, bytes = 0;
+  bool identical = true;   ///< parameters equal on every rank at the end
+  double efficiency() const { return capacity > 0 ? ddp / capacity : 0; }
+};
+
+int run_scaling(ScalingOptions o) {
+  if (o.ranks.empty()) {
+    for (int n = 1; n <= std::max(2, sys::usable_cores()); ++n) o.ranks.push_back(n);
+  }
+  for (int n : o.ranks) {
+    if (n < 1 || n > 64) throw ConfigError(fmt::format("--ranks {}: each world size must be in 1..64", n));
+  }
+  if (o.steps < 5) throw ConfigError(fmt::format("--steps {}: need at least 5 timed steps", o.steps));
+  dist::parse_sync_strategy(o.sync);  // a bad --sync fails before anything starts
+  const fs::path scratch = fs::temp_directory_path() / fmt::format("ddplab-bench-scaling-{}", ::getpid());
+
+  fmt::print("bench scaling: DeepFM, batch {} per rank, {} thread(s) per rank, sync {}, {} timed steps after {} warm-up\n",
+             o.batch, o.threads, o.sync, o.steps, o.warmup);
+  fmt::print("  capacity = samples/s of n independent trainers started together (the machine's n-process compute)\n");
+  fmt::print("  efficiency = data-parallel unique samples/s / capacity;  speedup = vs the first row's data-parallel run\n");
+  fmt::print("{:>6} {:>14} {:>14} {:>10} {:>8} {:>11} {:>7} {:>12} {:>10}\n", "ranks", "capacity(s/s)", "ddp(s/s)",
+             "step(ms)", "speedup", "efficiency", "comm%", "coll/step", "MB/step");
+  std::vector<Row> rows;
+  for (int n : o.ranks) {
+    Row row;
+    row.n = n;
+    for (const auto& r : run_job(o, n, "none", scratch / fmt::format("n{}-none", n))) {
+      row.capacity += static_cast<double>(o.batch) / r.at("step_median_s").get<double>();
+    }
+    const auto ddp = run_job(o, n, o.sync, scratch / fmt::format("n{}-{}", n, o.sync));
+    double slowest = 0;
+    for (const auto& r : ddp) {
+      slowest = std::max(slowest, r.at("step_median_s").get<double>());
+      row.identical = row.identical && r.at("parameters") == ddp[0].at("parameters");
+    }
+    row.step_ms = slowest * 1e3;
+    row.ddp = static_cast<double>(n * o.batch) / slowest;
+    row.comm_fraction = ddp[0].at("comm_s").get<double>() / ddp[0].at("wall_s").get<double>();
+    row.collectives = ddp[0].value("collectives_per_step", 0.0);
+    row.bytes = ddp[0].value("bytes_per_step", 0.0);
+    const double speedup = rows.empty() ? 1.0 : row.ddp / rows.front().ddp;
+    fmt::print("{:>6} {:>14.0f} {:>14.0f} {:>10.2f} {:>8.2f} {:>11.3f} {:>6.1f}% {:>12.1f} {:>10.2f}{}\n", n,
+               row.capacity, row.ddp, row.step_ms, speedup, row.efficiency(),
+               100 * row.comm_fraction, row.collectives, row.bytes / 1e6,
+               row.identical ? "" : "   PARAMETERS DIFFER ACROSS RANKS");
+    rows.push_back(row);
+  }
+  if (!o.keep) fs::remove_all(scratch);
+
+  // Verdict: the 2-rank row if measured, else the largest world size.
+  const Row* judged = &rows.back();
+  for (const auto& r : rows) {
+    if (r.n == 2) judged = &r;
+  }
+  bool identical = true;
+  for (const auto& r : rows) identical = identical && r.identical;
+  const bool ok = judged->n > 1 && judged->efficiency() >= o.target && identical;
+  if (judged->n == 1) {
+    fmt::print("  no world size above 1 measured: nothing to judge   FAILED\n");
+  } else {
+    fmt::print("  {}-rank efficiency {:.3f}   target >= {:.2f}   {}{}\n", judged->n, judged->efficiency(), o.target,
+               ok ? "OK" : "FAILED", identical ? "" : " (parameters differ across ranks)");
+  }
+  if (!o.json.empty()) {
+    nlohmann::json j = {{"benchmark", "scaling"}, {"batch", o.batch}, {"threads", o.threads}, {"sync", o.sync},
+                        {"steps", o.steps},      {"target", o.target}, {"ok", ok},         {"rows", nlohmann::json::array()}};
+    for (const auto& r : rows) {
+      j["rows"].push_back({{"ranks", r.n},
+                           {"capacity_samples_per_s", r.capacity},
+                           {"ddp_samples_per_s", r.ddp},
+                           {"step_ms", r.step_ms},
+                           {"efficiency", r.efficiency()},
+                           {"speedup", r.ddp / rows.front().ddp},
+                           {"comm_fraction", r.comm_fraction},
+                           {"collectives_per_step", r.collectives},
+                           {"bytes_per_step", r.bytes},
+                           {"parameters_identical", r.identical}});
+    }
+    write_file_atomic(o.json, j.dump(2) + "\n");
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+void setup_bench_scaling(CLI::App& bench) {
+  auto o = std::make_shared<ScalingOptions>();
+  auto* sub = bench.add_subcommand("scaling", "Training throughput at 1..N ranks vs the machine's N-process capacity");
+  sub->add_option("--ranks", o->ranks, "World sizes to measure (default: 1..usable cores, at least 1,2)")->delimiter(',');
+  sub->add_option("--batch", o->batch, "Batch size per rank")->capture_default_str();
+  sub->add_option("--threads", o->threads, "Intra-op threads per rank")->capture_default_str();
+  sub->add_option("--warmup", o->warmup, "Untimed steps per job")->capture_default_str();
+  sub->add_option("--steps", o->steps, "Timed steps per job")->capture_default_str();
+  sub->add_option("--sync", o->sync, "Gradient sync: per-param, bucketed or overlap")->capture_default_str();
+  sub->add_option("--target", o->target, "Required efficiency at 2 ranks")->capture_default_str();
+  sub->add_option("--timeout", o->timeout, "Seconds before a job is stopped")->capture_default_str();
+  sub->add_option("--json", o->json, "Also write the figures to this JSON file");
+  sub->add_flag("--keep", o->keep, "Keep the workers' reports in the temporary folder");
+  sub->callback([o] { exit_status() = run_scaling(*o); });
+
+  auto w = std::make_shared<WorkerOptions>();
+  auto* worker = bench.add_subcommand("scaling-worker", "One rank of bench scaling (started by it)");
+  worker->group("");  // hidden from --help
+  worker->add_option("--batch", w->batch);
+  worker->add_option("--threads", w->threads);
+  worker->add_option("--warmup", w->warmup);
+  worker->add_option("--steps", w->steps);
+  worker->add_option("--sync", w->sync);
+  worker->add_option("--out", w->out)->required();
+  worker->add_option("--comm-timeout", w->timeout);
+  worker->callback([w] { exit_status() = run_worker(*w); });
+}
+
+}  // namespace ddplab::tools
