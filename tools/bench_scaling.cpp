@@ -128,7 +128,7 @@ struct ScalingOptions {
   int threads = 1;
   int64_t warmup = 5;
   int64_t steps = 30;
-  std::string sync = "overlap";
+  std::string sync = "sparse";
   double target = 0.9;
   double timeout = 600;
   std::string json;
@@ -273,7 +273,7 @@ void setup_bench_scaling(CLI::App& bench) {
   sub->add_option("--threads", o->threads, "Intra-op threads per rank")->capture_default_str();
   sub->add_option("--warmup", o->warmup, "Untimed steps per job")->capture_default_str();
   sub->add_option("--steps", o->steps, "Timed steps per job")->capture_default_str();
-  sub->add_option("--sync", o->sync, "Gradient sync: per-param, bucketed or overlap")->capture_default_str();
+  sub->add_option("--sync", o->sync, "Gradient sync: per-param, bucketed, overlap or sparse")->capture_default_str();
   sub->add_option("--target", o->target, "Required efficiency at 2 ranks")->capture_default_str();
   sub->add_option("--timeout", o->timeout, "Seconds before a job is stopped")->capture_default_str();
   sub->add_option("--json", o->json, "Also write the figures to this JSON file");

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   program.name = "ddp_train";
   program.description = "Reference data-parallel DeepFM trainer (sharded global batches, averaged gradients)";
   program.add_flags = [&](CLI::App& app) {
-    app.add_option("--sync", sync_name, "Gradient sync: per-param, bucketed or overlap")->capture_default_str();
+    app.add_option("--sync", sync_name, "Gradient sync: per-param, bucketed, overlap or sparse")->capture_default_str();
   };
   program.body = [&](LabRun& run) {
     const auto strategy = dist::parse_sync_strategy(sync_name);

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #ifdef __linux__
@@ -247,6 +248,7 @@ class Job {
   bool stopping_ = false;
   std::optional<Clock::time_point> kill_at_;  // when SIGKILL follows the SIGTERM
   bool killed_ = false;
+  int not_attempted_rank_ = -1;  // first rank that exited with kExitNotAttempted
 };
 
 void Job::message(const std::string& text) {
@@ -372,6 +374,18 @@ void Job::start_rank(Rank& r, const std::map<std::string, std::string>& env) {
       if (current.sa_handler == forward_signal_handler) ::sigaction(sig, &dfl, nullptr);
     }
     ::sigaction(SIGPIPE, &dfl, nullptr);
+    if (spec_.memory_limit_bytes > 0 || spec_.file_size_limit_bytes > 0) {
+      const struct rlimit no_core {0, 0};
+      ::setrlimit(RLIMIT_CORE, &no_core);
+    }
+    if (spec_.memory_limit_bytes > 0) {
+      const struct rlimit as {spec_.memory_limit_bytes, spec_.memory_limit_bytes};
+      ::setrlimit(RLIMIT_AS, &as);
+    }
+    if (spec_.file_size_limit_bytes > 0) {
+      const struct rlimit fsize {spec_.file_size_limit_bytes, spec_.file_size_limit_bytes};
+      ::setrlimit(RLIMIT_FSIZE, &fsize);
+    }
     ::dup2(devnull_, STDIN_FILENO);  // a background process group reading the terminal would stop
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
@@ -493,7 +507,11 @@ void Job::on_rank_exit(Rank& r, int status) {
   read_stream(r, r.out, false, true);
   read_stream(r, r.err, true, true);
   const std::string how = describe_exit(r.result.exit_code, r.result.signal);
-  const bool failed = r.result.exit_code != 0;
+  // Exit status 3 is the kit's "exercise not attempted" (error.h): a skeleton that ran to its end.
+  // It is not a failure to stop the job for — the other ranks finish and write their reports.
+  const bool not_attempted = r.result.exit_code == kExitNotAttempted;
+  if (not_attempted && not_attempted_rank_ < 0) not_attempted_rank_ = r.global;
+  const bool failed = r.result.exit_code != 0 && !not_attempted;
   if (failed && !stopping_ && result_.first_failed_rank < 0) {
     result_.first_failed_rank = r.global;
     result_.exit_code = r.result.exit_code;
@@ -734,6 +752,12 @@ LaunchResult Job::run() {
   drain_after_exit();
 
   for (const auto& r : ranks_) result_.ranks.push_back(r.result);
+  if (result_.summary.empty() && not_attempted_rank_ >= 0) {
+    result_.exit_code = kExitNotAttempted;
+    result_.summary = fmt::format("rank {} exited with status {} (exercises not attempted); the others finished",
+                                  not_attempted_rank_, kExitNotAttempted);
+    if (spec_.verbose) message(result_.summary);
+  }
   if (result_.summary.empty()) {
     result_.summary = fmt::format("all {} rank(s) exited with status 0 in {:.1f} s", spec_.nproc,
                                   seconds_between(start_, Clock::now()));

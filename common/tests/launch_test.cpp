@@ -289,15 +289,15 @@ TEST_F(LaunchTest, AllRanksSucceedingGivesZero) {
 }
 
 TEST_F(LaunchTest, FailingRankStatusBecomesTheJobsStatus) {
-  LaunchSpec spec = helper_job(3, {"@1:eprint:something broke", "@1:exit:3"});
+  LaunchSpec spec = helper_job(3, {"@1:eprint:something broke", "@1:exit:4"});
   Captured cap;
   cap.attach(spec);
   const LaunchResult result = launch(spec);
-  EXPECT_EQ(result.exit_code, 3);
+  EXPECT_EQ(result.exit_code, 4);
   EXPECT_EQ(result.first_failed_rank, 1);
-  EXPECT_EQ(result.ranks[1].exit_code, 3);
+  EXPECT_EQ(result.ranks[1].exit_code, 4);
   EXPECT_EQ(result.ranks[1].signal, 0);
-  EXPECT_NE(result.summary.find("rank 1 (pid " + std::to_string(result.ranks[1].pid) + ") exited with status 3"),
+  EXPECT_NE(result.summary.find("rank 1 (pid " + std::to_string(result.ranks[1].pid) + ") exited with status 4"),
             std::string::npos)
       << result.summary;
   EXPECT_EQ(cap.err[1], std::vector<std::string>{"something broke"});
@@ -319,21 +319,37 @@ TEST_F(LaunchTest, ProgramIsFoundInPath) {
 }
 
 TEST_F(LaunchTest, FailFastStopsASleepingRankWithSigterm) {
-  LaunchSpec spec = helper_job(2, {"@0:sleep:60", "@1:exit:3"});
+  LaunchSpec spec = helper_job(2, {"@0:sleep:60", "@1:exit:4"});
   Captured cap;
   cap.attach(spec);
   const auto t0 = Clock::now();
   const LaunchResult result = launch(spec);
   EXPECT_LT(seconds_since(t0), 30.0) << "the sleeping rank was not stopped";
-  EXPECT_EQ(result.exit_code, 3);
+  EXPECT_EQ(result.exit_code, 4);
   EXPECT_EQ(result.first_failed_rank, 1);
   EXPECT_EQ(result.ranks[0].signal, SIGTERM);
   EXPECT_TRUE(result.ranks[0].stopped);
   EXPECT_EQ(result.ranks[0].exit_code, 128 + SIGTERM);
   ASSERT_FALSE(cap.messages.empty());
   EXPECT_NE(cap.messages[0].find("rank 1"), std::string::npos) << cap.all_messages();
-  EXPECT_NE(cap.messages[0].find("exited with status 3; stopping the other ranks"), std::string::npos)
+  EXPECT_NE(cap.messages[0].find("exited with status 4; stopping the other ranks"), std::string::npos)
       << cap.all_messages();
+}
+
+TEST_F(LaunchTest, NotAttemptedIsNoFailureTheOtherRanksFinish) {
+  // Status 3 is a skeleton that ran to its end ("exercise not attempted"): the job's status, but
+  // no reason to stop a rank that is still writing its report.
+  LaunchSpec spec = helper_job(2, {"@0:sleep:1", "@0:print:done", "@1:exit:3"});
+  Captured cap;
+  cap.attach(spec);
+  const LaunchResult result = launch(spec);
+  EXPECT_EQ(result.exit_code, 3);
+  EXPECT_EQ(result.first_failed_rank, -1);
+  EXPECT_EQ(result.ranks[0].exit_code, 0);
+  EXPECT_FALSE(result.ranks[0].stopped);
+  EXPECT_EQ(cap.out[0], std::vector<std::string>{"done"});
+  EXPECT_NE(result.summary.find("rank 1 exited with status 3 (exercises not attempted)"), std::string::npos)
+      << result.summary;
 }
 
 TEST_F(LaunchTest, RankIgnoringSigtermIsKilledAfterTheGracePeriod) {

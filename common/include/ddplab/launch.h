@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -28,6 +29,11 @@ struct LaunchSpec {
   bool prefix_output = true;              ///< "[rank R] " before every line on the terminal
   bool forward_signals = true;            ///< pass SIGINT/SIGTERM/SIGHUP sent to this process on to the ranks
   bool verbose = false;                   ///< also report the start and every rank's exit
+  /// Resource limits set in each rank before exec (0 = inherit): address space (RLIMIT_AS, so a
+  /// memory blow-up fails in that rank instead of taking the machine down) and file size
+  /// (RLIMIT_FSIZE). The grader sets both; core dumps are off whenever either is set.
+  uint64_t memory_limit_bytes = 0;
+  uint64_t file_size_limit_bytes = 0;
   /// If set, every output line of a rank (without its newline) goes here instead of the terminal.
   /// Called from the thread that called launch(), one line at a time.
   std::function<void(int rank, bool is_stderr, const std::string& line)> on_line;
@@ -48,7 +54,10 @@ struct RankResult {
 
 /// How the job ended.
 struct LaunchResult {
-  int exit_code = 0;  ///< 0; the first failing rank's exit_code; 124 on timeout; 128 + signal if interrupted
+  /// 0; the first failing rank's exit_code; 124 on timeout; 128 + signal if interrupted; 3
+  /// (kExitNotAttempted) if ranks ended "not attempted" and none failed — such a rank does not
+  /// stop the others.
+  int exit_code = 0;
   std::vector<RankResult> ranks;  ///< indexed by local rank
   int first_failed_rank = -1;     ///< global rank of the first rank that failed on its own, -1 if none
   bool timed_out = false;

@@ -37,7 +37,8 @@ SyncStrategy parse_sync_strategy(const std::string& name) {
   if (name == "per-param") return SyncStrategy::kPerParam;
   if (name == "bucketed") return SyncStrategy::kBucketed;
   if (name == "overlap") return SyncStrategy::kOverlap;
-  throw ConfigError(fmt::format("--sync '{}': unknown strategy (choose per-param, bucketed or overlap)", name));
+  if (name == "sparse") return SyncStrategy::kSparse;
+  throw ConfigError(fmt::format("--sync '{}': unknown strategy (choose per-param, bucketed, overlap or sparse)", name));
 }
 
 const char* sync_strategy_name(SyncStrategy s) {
@@ -45,6 +46,7 @@ const char* sync_strategy_name(SyncStrategy s) {
     case SyncStrategy::kPerParam: return "per-param";
     case SyncStrategy::kBucketed: return "bucketed";
     case SyncStrategy::kOverlap: return "overlap";
+    case SyncStrategy::kSparse: return "sparse";
   }
   return "unknown";
 }
@@ -345,6 +347,111 @@ class OverlapSync final : public BucketedSync {
   size_t next_ = 0;                  // first bucket not yet launched
 };
 
+// ---------------------------------------------------------------------------------------------
+// sparse: an embedding table's gradient is zero except in the rows the batch looked up (DeepFM at
+// batch 512: at most 13,312 of 167,394 rows). Allreducing the whole table moves ~12x more bytes
+// than the rows that changed. Instead each rank allgathers (row ids, rows) of the rows it touched,
+// padded to the largest count, and every rank adds all ranks' rows into a zeroed gradient in rank
+// order — the same sum as the allreduce (exactly so at 2 ranks; at more ranks up to the order of
+// float additions), and the same bits on every rank. Other parameters go through one bucketed
+// sync. When the touched rows could cover more than sparse_max_density of the table, the rows
+// would cost more than the table: that table is allreduced densely (decided from the global
+// maximum, so every rank takes the same path).
+
+class SparseSync final : public GradSync {
+ public:
+  SparseSync(Communicator& comm, const std::vector<torch::Tensor>& params, const BucketOptions& opts)
+      : GradSync(SyncStrategy::kSparse, comm, params, layout(params, opts)), opts_(opts) {
+    std::vector<torch::Tensor> dense;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (is_table(params_[i], opts)) {
+        tables_.push_back(i);
+      } else {
+        dense.push_back(params_[i]);
+      }
+    }
+    if (!dense.empty()) dense_ = std::make_unique<BucketedSync>(SyncStrategy::kBucketed, comm, dense, opts);
+  }
+
+ private:
+  static bool is_table(const torch::Tensor& p, const BucketOptions& o) { return p.dim() == 2 && p.size(0) >= o.sparse_min_rows; }
+
+  /// The collectives of a step: the dense buckets, then one entry per table.
+  static std::vector<Bucket> layout(const std::vector<torch::Tensor>& params, const BucketOptions& opts) {
+    std::vector<torch::Tensor> dense;
+    std::vector<size_t> dense_index;
+    std::vector<Bucket> tables;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (is_table(params[i], opts)) {
+        tables.push_back(Bucket{{i}, params[i].numel(), nbytes(params[i])});
+      } else {
+        dense.push_back(params[i]);
+        dense_index.push_back(i);
+      }
+    }
+    std::vector<Bucket> out = dense.empty() ? std::vector<Bucket>() : assign_buckets(dense, opts);
+    for (auto& b : out) {
+      for (auto& i : b.params) i = dense_index[i];
+    }
+    out.insert(out.end(), tables.begin(), tables.end());
+    return out;
+  }
+
+  void reduce() override {
+    if (dense_) {
+      dense_->before_backward();  // opens a step on the inner sync (arms nothing: not overlapped)
+      dense_->finish();
+    }
+    const int world = comm_.size();
+    for (size_t i : tables_) {
+      const torch::Tensor& p = params_[i];
+      torch::Tensor& g = p.mutable_grad();
+      if (!g.defined()) g = torch::zeros_like(p);
+      check_dense(g, i);
+      const torch::Tensor rows = g.ne(0).any(1).nonzero().squeeze(1);  // int64 row ids this rank touched
+      const int64_t k = rows.size(0);
+      torch::Tensor count = torch::tensor({k}, torch::TensorOptions().dtype(torch::kInt64).device(g.device()));
+      std::vector<torch::Tensor> counts(static_cast<size_t>(world));
+      for (auto& c : counts) c = torch::empty_like(count);
+      comm_.allgather(counts, count);
+      std::vector<int64_t> k_of(static_cast<size_t>(world));
+      int64_t max_k = 0;
+      for (int r = 0; r < world; ++r) {
+        k_of[static_cast<size_t>(r)] = counts[static_cast<size_t>(r)].item<int64_t>();
+        max_k = std::max(max_k, k_of[static_cast<size_t>(r)]);
+      }
+      if (static_cast<double>(max_k) * world > opts_.sparse_max_density * static_cast<double>(p.size(0))) {
+        torch::Tensor t = g.is_contiguous() ? g : g.contiguous();
+        comm_.allreduce(t);
+        average_(t, world);
+        if (!t.is_same(g)) g.copy_(t);
+        continue;
+      }
+      if (max_k == 0) continue;  // no rank touched the table: its gradient stays zero
+      torch::Tensor ids = torch::zeros({max_k}, rows.options());
+      torch::Tensor vals = torch::zeros({max_k, p.size(1)}, g.options());
+      ids.narrow(0, 0, k).copy_(rows);
+      vals.narrow(0, 0, k).copy_(g.index_select(0, rows));
+      std::vector<torch::Tensor> all_ids(static_cast<size_t>(world)), all_vals(static_cast<size_t>(world));
+      for (auto& t : all_ids) t = torch::empty_like(ids);
+      for (auto& t : all_vals) t = torch::empty_like(vals);
+      comm_.allgather(all_ids, ids);
+      comm_.allgather(all_vals, vals);
+      g.index_fill_(0, rows, 0.0);  // the other rows are zero already: no 10 MB memset
+      for (int r = 0; r < world; ++r) {
+        const int64_t kr = k_of[static_cast<size_t>(r)];
+        if (kr == 0) continue;
+        g.index_add_(0, all_ids[static_cast<size_t>(r)].narrow(0, 0, kr), all_vals[static_cast<size_t>(r)].narrow(0, 0, kr));
+      }
+      average_(g, world);
+    }
+  }
+
+  BucketOptions opts_;
+  std::vector<size_t> tables_;
+  std::unique_ptr<BucketedSync> dense_;
+};
+
 }  // namespace
 
 std::unique_ptr<GradSync> make_grad_sync(SyncStrategy strategy, Communicator& comm,
@@ -357,6 +464,7 @@ std::unique_ptr<GradSync> make_grad_sync(SyncStrategy strategy, Communicator& co
     case SyncStrategy::kPerParam: return std::make_unique<PerParamSync>(comm, params);
     case SyncStrategy::kBucketed: return std::make_unique<BucketedSync>(SyncStrategy::kBucketed, comm, params, opts);
     case SyncStrategy::kOverlap: return std::make_unique<OverlapSync>(comm, params, opts);
+    case SyncStrategy::kSparse: return std::make_unique<SparseSync>(comm, params, opts);
   }
   throw Error("grad sync: unknown strategy");
 }

@@ -197,6 +197,7 @@ TEST(SyncStrategyFlag, ParsesTheThreeNamesAndRejectsOthers) {
     EXPECT_EQ(ddplab::dist::parse_sync_strategy(ddplab::dist::sync_strategy_name(s)), s);
   }
   EXPECT_STREQ(ddplab::dist::sync_strategy_name(SyncStrategy::kPerParam), "per-param");
+  EXPECT_EQ(ddplab::dist::parse_sync_strategy("sparse"), SyncStrategy::kSparse);
   try {
     ddplab::dist::parse_sync_strategy("ring");
     FAIL() << "no error";
@@ -603,6 +604,128 @@ TEST(GradSyncDeepFM, OverlapAndBucketedMatchPerParamOnOneStep) {
       } else {
         EXPECT_EQ(compare(grads(*model), want, 1e-6), "");
       }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// sparse: embedding tables synced by the rows each rank touched. TinyNet's emb (13 rows) counts as
+// a table with sparse_min_rows 10 (fc1.w has 9 rows); sparse_max_density 1.0 keeps it on the row path even though a
+// few samples touch most of its 13 rows.
+
+const BucketOptions kRowCaps{64, 256, 10, 1.0};
+
+class GradSyncSparse : public ::testing::TestWithParam<int> {};
+
+TEST_P(GradSyncSparse, GivesExactlyTheMeanOfTheLocalGradients) {
+  const int world = GetParam();
+  run_ranks(world, [world](ProcessGroup& pg) {
+    TinyNet m;
+    init_params(*m, true);
+    std::vector<torch::Tensor> want;
+    for (int r = 0; r < world; ++r) {
+      clear_grads(*m);
+      m->loss(make_batch(r, 0, 2, true)).backward();  // 2 samples: rows 0..12 only partly touched
+      const auto g = grads(*m);
+      if (want.empty()) {
+        want = g;
+      } else {
+        for (size_t i = 0; i < want.size(); ++i) want[i] += g[i];
+      }
+    }
+    for (auto& w : want) w.div_(world);
+    auto sync = make_grad_sync(SyncStrategy::kSparse, pg, m->parameters(), kRowCaps);
+    // Dense buckets first, then one entry per table (emb is parameter 0).
+    ASSERT_EQ(sync->buckets().back().params, std::vector<size_t>{0});
+    for (int step = 0; step < 2; ++step) {
+      clear_grads(*m);
+      synced_step(*sync, m, make_batch(pg.rank(), 0, 2, true));
+      EXPECT_EQ(compare(grads(*m), want, 0.0), "") << "step " << step;
+      // The dense buckets' allreduces, then 3 allgathers (counts, row ids, rows) for the table.
+      EXPECT_EQ(sync->last_step().collectives, static_cast<int64_t>(sync->buckets().size()) - 1 + 3);
+    }
+  });
+}
+
+TEST_P(GradSyncSparse, TrainsLikePerParamWithBitIdenticalRanks) {
+  const int world = GetParam();
+  run_ranks(world, [world](ProcessGroup& pg) {
+    std::vector<torch::Tensor> oracle;
+    for (SyncStrategy s : {SyncStrategy::kPerParam, SyncStrategy::kSparse}) {
+      SCOPED_TRACE(testing::Message() << ddplab::dist::sync_strategy_name(s) << ", rank " << pg.rank());
+      TinyNet m;
+      init_params(*m, false);
+      auto sync = make_grad_sync(s, pg, m->parameters(), kRowCaps);
+      torch::optim::Adam opt(m->parameters(), torch::optim::AdamOptions(0.01));
+      for (int step = 0; step < 4; ++step) {
+        clear_grads(*m);
+        synced_step(*sync, m, make_batch(pg.rank(), step, 3, false));
+        opt.step();
+      }
+      const auto w = values(*m);
+      if (oracle.empty()) {
+        oracle = w;
+      } else {
+        EXPECT_EQ(compare(w, oracle, 1e-6, 1e-6), "");
+      }
+      std::vector<torch::Tensor> flat;
+      for (const auto& t : w) flat.push_back(t.flatten());
+      const torch::Tensor mine = torch::cat(flat);
+      std::vector<torch::Tensor> all(static_cast<size_t>(world));
+      for (auto& t : all) t = torch::empty_like(mine);
+      pg.allgather(all, mine);
+      for (int r = 0; r < world; ++r) EXPECT_TRUE(torch::equal(all[static_cast<size_t>(r)], mine)) << "rank " << r;
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, GradSyncSparse, ::testing::Values(1, 2, 3, 4));
+
+TEST(GradSyncSparseTables, DenseRowsFallBackToOneAllreduce) {
+  run_ranks(2, [](ProcessGroup& pg) {
+    TinyNet m;
+    init_params(*m, true);
+    const BucketOptions always_dense{64, 256, 10, 0.0};
+    auto sync = make_grad_sync(SyncStrategy::kSparse, pg, m->parameters(), always_dense);
+    auto oracle = make_grad_sync(SyncStrategy::kPerParam, pg, m->parameters());
+    const Batch b = make_batch(pg.rank(), 0, 4, true);
+    clear_grads(*m);
+    synced_step(*oracle, m, b);
+    const auto want = grads(*m);
+    clear_grads(*m);
+    synced_step(*sync, m, b);
+    EXPECT_EQ(compare(grads(*m), want, 0.0), "");
+    // counts allgather + one allreduce of the whole table, after the dense buckets.
+    EXPECT_EQ(sync->last_step().collectives, static_cast<int64_t>(sync->buckets().size()) - 1 + 2);
+  });
+}
+
+TEST(GradSyncSparseTables, DeepFMMovesAFractionOfTheDenseBytes) {
+  run_ranks(2, [](ProcessGroup& pg) {
+    ddplab::DeepFM model;
+    ddplab::dist::broadcast_module(pg, *model, 0);
+    const int64_t n = 64;
+    const int64_t rows = ddplab::data::kTotalRows;
+    const auto i = torch::arange(n * ddplab::data::kNumSparse, torch::kInt64);
+    const torch::Tensor ids = torch::remainder(i * 7919 + pg.rank() * 104729, rows).view({n, ddplab::data::kNumSparse});
+    const torch::Tensor dense = torch::sin(torch::arange(n * ddplab::data::kNumDense, torch::kFloat32) + 3.0f * static_cast<float>(pg.rank()))
+                                    .view({n, ddplab::data::kNumDense});
+    const torch::Tensor labels = torch::remainder(torch::arange(n, torch::kFloat32), 2.0f);
+    std::vector<torch::Tensor> want;
+    for (SyncStrategy s : {SyncStrategy::kPerParam, SyncStrategy::kSparse}) {
+      SCOPED_TRACE(ddplab::dist::sync_strategy_name(s));
+      auto sync = make_grad_sync(s, pg, model->parameters());
+      clear_grads(*model);
+      sync->before_backward();
+      torch::binary_cross_entropy_with_logits(model->forward(dense, ids), labels).backward();
+      sync->finish();
+      if (want.empty()) {
+        want = grads(*model);
+        continue;
+      }
+      // Exactly equal at 2 ranks: a + b is the same float whichever rank adds it.
+      EXPECT_EQ(compare(grads(*model), want, 0.0), "");
+      EXPECT_LT(sync->last_step().bytes, 4 * ddplab::count_parameters(*model) / 4);
     }
   });
 }
