@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   ddplab::tools::setup_doctor(app);
   ddplab::tools::setup_bench(app);
   ddplab::tools::setup_launch(app);
+  ddplab::tools::setup_grade(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   doxygen
   openmpi-bin             # mpirun, to show that labs run under other launchers
+  unzip zip               # the grader unpacks zipped submissions; its self-tests zip one
   python3-torch           # torchrun (PyTorch 1.13), the third launcher the labs are tested under
 )
 ARCH_DIR=/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)

@@ -1,0 +1,156 @@
+// The grader's harness: takes a submission (or a built tree), builds it, makes the spec's runs
+// under the kit's launcher with timeouts and resource limits, scores the checks, and writes the
+// results (terminal, Gradescope results.json, JUnit XML, HTML). Checks are plug-ins (checks.h);
+// the harness owns building, launching, timeouts, parsing and scoring.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ddplab/grader/spec.h"
+
+namespace ddplab::grader {
+
+enum class Status { kPassed, kFailed, kNotAttempted, kError };
+const char* status_name(Status s);
+
+/// The outcome of one check.
+struct CheckResult {
+  std::string name, kind, exercise;
+  Visibility visibility = Visibility::kVisible;
+  double score = 0, max_score = 0;
+  Status status = Status::kFailed;
+  std::string observed;   ///< what the grader measured ("rank 0 and 1 digests differ at start")
+  std::string diagnosis;  ///< the likely cause, in the course's terms ("" when passed)
+  std::string details;    ///< longer output (test failures, log tails)
+  double seconds = 0;
+  std::optional<double> figure;  ///< the measured figure a calibration stores (AUC, efficiency)
+};
+
+/// One rank's outcome of a run.
+struct RankOutcome {
+  int exit_code = -1;
+  int signal = 0;
+  bool timed_out = false;
+  std::optional<nlohmann::json> report;  ///< the rank's run report, if it wrote a valid one
+  std::string report_error;              ///< why there is no report (missing, garbage, wrong schema)
+};
+
+/// The outcome of one [[run]].
+struct RunOutcome {
+  std::string name;
+  int ranks = 0;
+  int exit_code = 0;      ///< the launcher's: 0, the first failing rank's status, 124 on timeout
+  bool timed_out = false;
+  int first_failed_rank = -1;
+  std::string summary;    ///< the launcher's one-line account
+  double seconds = 0;
+  std::vector<RankOutcome> rank;
+  std::vector<std::string> args;  ///< the program arguments used (sample counts capped to the data set)
+  std::string dir;        ///< reports, model and logs of this run
+  std::string model;      ///< the saved model, if asked for and written
+  std::string log_tail;   ///< the last lines of output (for failed runs)
+  std::vector<std::string> not_attempted;  ///< exercise ids the program reported as not attempted
+  bool ok() const { return exit_code == 0 && !timed_out; }
+};
+
+/// Where things are and how to grade.
+struct GradeOptions {
+  std::string source_dir;   ///< the kit's source tree (grade.toml, skeletons)
+  std::string build_dir;    ///< a configured build of the kit (its bin/ holds ddplab and ddp_train)
+  std::string tree;         ///< which lab binaries to grade: "labs", "solutions" or "submission"
+  std::string submission;   ///< a folder or .zip (tree "submission"); its manifest files are used
+  std::string data_dir;     ///< the data set runs train on
+  std::string out_dir;      ///< results of this lab go to out_dir/<lab id>/
+  std::string calibration;  ///< calibration file (reference figures on this machine); "" = default
+  std::vector<std::string> only_checks;  ///< grade only checks whose name contains one of these
+  double run_timeout_s = 0;   ///< overrides the spec's [limits] run_timeout_s (0: the spec's)
+  double test_timeout_s = 0;  ///< overrides the spec's [limits] test_timeout_s (0: the spec's)
+  bool build = true;        ///< (re)build the lab's targets before grading
+  bool color = false;
+  bool quiet = false;       ///< no progress lines
+};
+
+/// Reference figures of this machine (the solutions' own results), used by checks that judge a
+/// submission relative to the reference (AUC, scaling efficiency). Keyed by machine.
+struct Calibration {
+  std::string machine;
+  nlohmann::json values = nlohmann::json::object();  ///< "<lab>/<check name>" -> figure
+  std::optional<double> get(const std::string& lab, const std::string& check) const;
+};
+
+/// A stable description of this machine: host name, CPU model, usable cores.
+std::string machine_id();
+/// What calibration figures are valid for: this machine and the data set the runs train on.
+std::string calibration_key(const std::string& data_dir);
+std::string default_calibration_path(const std::string& build_dir);
+/// The figures stored for `key` in `path` (none if the file is absent or holds another key).
+Calibration load_calibration(const std::string& path, const std::string& key);
+void save_calibration(const std::string& path, const Calibration& c);
+
+/// The binaries of one lab in one tree.
+struct LabBinaries {
+  std::string program;
+  std::string tests;
+  std::string reference;  ///< ddp_train
+  std::string ddplab;
+};
+
+/// Everything a check may look at.
+struct GradeContext {
+  const LabSpec& spec;
+  const GradeOptions& options;
+  const LabBinaries& bin;
+  const Calibration& calibration;
+  std::map<std::string, RunOutcome> runs;
+  std::string work_dir;  ///< scratch for checks (test outputs)
+};
+
+/// The graded lab.
+struct LabResult {
+  std::string lab, title;
+  std::vector<CheckResult> checks;
+  std::vector<std::string> not_attempted;  ///< exercise ids not attempted
+  double score = 0, max_score = 0;
+  double seconds = 0;
+  std::string build_error;  ///< set when the submission did not build (every check then fails)
+  std::string out_dir;
+};
+
+/// The run's arguments with --train-samples/--eval-samples capped to the data set in `data_dir`.
+std::vector<std::string> effective_args(const RunSpec& run, const std::string& data_dir);
+
+/// Grades one lab. Never throws for anything the student's code does (crash, hang, garbage):
+/// those are failed checks. Throws ConfigError for a bad spec or options, Error if the grader
+/// itself cannot work (no build directory, cannot write results).
+LabResult grade_lab(const LabSpec& spec, const GradeOptions& options);
+
+/// The spec as graded with `options`: only the selected checks and the runs they read, limits
+/// overridden. Throws ConfigError if the selection matches no check.
+LabSpec effective_spec(const LabSpec& spec, const GradeOptions& options);
+
+/// Copies the manifest files of `spec` from `submission` (folder or .zip; found at the top, in
+/// <folder>/ or at any depth by file name) into `dest`; files it lacks come from the skeleton.
+/// Returns a line per file saying where it came from. Throws Error for an unreadable zip.
+std::vector<std::string> collect_submission(const LabSpec& spec, const std::string& source_dir,
+                                            const std::string& submission, const std::string& dest);
+
+// ---- outputs (outputs.cpp) ----
+
+/// Gradescope's results.json for one or more labs (scores summed).
+nlohmann::json gradescope_results(const std::vector<LabResult>& labs);
+/// JUnit XML: one testsuite per lab, one testcase per check.
+std::string junit_xml(const std::vector<LabResult>& labs);
+/// A self-contained HTML report.
+std::string html_report(const std::vector<LabResult>& labs);
+/// The terminal summary (ANSI colours if `color`).
+std::string terminal_summary(const std::vector<LabResult>& labs, bool color);
+/// Writes results.json, junit.xml and report.html into `dir` (each atomically).
+void write_outputs(const std::vector<LabResult>& labs, const std::string& dir);
+
+}  // namespace ddplab::grader

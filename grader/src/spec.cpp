@@ -1,0 +1,278 @@
+// Parsing and validation of grade.toml (toml++). Every error names the file and line.
+#include "ddplab/grader/spec.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "ddplab/error.h"
+
+namespace fs = std::filesystem;
+
+namespace ddplab::grader {
+
+Visibility parse_visibility(const std::string& s, const std::string& where) {
+  if (s == "visible") return Visibility::kVisible;
+  if (s == "hidden") return Visibility::kHidden;
+  if (s == "after_due_date") return Visibility::kAfterDueDate;
+  if (s == "after_published") return Visibility::kAfterPublished;
+  throw ConfigError(fmt::format("{}: visibility '{}': expected visible, hidden, after_due_date or after_published", where, s));
+}
+
+const char* visibility_name(Visibility v) {
+  switch (v) {
+    case Visibility::kVisible: return "visible";
+    case Visibility::kHidden: return "hidden";
+    case Visibility::kAfterDueDate: return "after_due_date";
+    case Visibility::kAfterPublished: return "after_published";
+  }
+  return "visible";
+}
+
+const RunSpec& LabSpec::run(const std::string& name) const {
+  for (const auto& r : runs) {
+    if (r.name == name) return r;
+  }
+  throw ConfigError(fmt::format("{}: no run named '{}'", path, name));
+}
+
+double LabSpec::max_score() const {
+  double s = 0;
+  for (const auto& c : checks) s += c.points;
+  return s;
+}
+
+namespace {
+
+std::string where(const std::string& path, const toml::node& n) {
+  return fmt::format("{}:{}", path, n.source().begin.line);
+}
+
+nlohmann::json to_json(const toml::node& n) {
+  if (auto t = n.as_table()) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [k, v] : *t) j[std::string(k.str())] = to_json(v);
+    return j;
+  }
+  if (auto a = n.as_array()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& v : *a) j.push_back(to_json(v));
+    return j;
+  }
+  if (auto v = n.value<bool>(); n.is_boolean()) return *v;
+  if (n.is_integer()) return *n.value<int64_t>();
+  if (n.is_floating_point()) return *n.value<double>();
+  if (n.is_string()) return *n.value<std::string>();
+  return nlohmann::json();  // dates and times: not used by any check
+}
+
+/// Reads the keys of one table, complaining about keys no one reads.
+class Reader {
+ public:
+  Reader(const std::string& path, const toml::table& t, std::string what) : path_(path), t_(t), what_(std::move(what)) {}
+
+  std::string str(const char* key, bool required, const std::string& def = "") {
+    used_.insert(key);
+    const auto* n = t_.get(key);
+    if (!n) {
+      if (required) throw ConfigError(fmt::format("{}: {} needs '{}'", where(path_, t_), what_, key));
+      return def;
+    }
+    if (!n->is_string()) throw ConfigError(fmt::format("{}: '{}' must be a string", where(path_, *n), key));
+    return *n->value<std::string>();
+  }
+  double num(const char* key, double def) {
+    used_.insert(key);
+    const auto* n = t_.get(key);
+    if (!n) return def;
+    if (!n->is_number()) throw ConfigError(fmt::format("{}: '{}' must be a number", where(path_, *n), key));
+    return *n->value<double>();
+  }
+  bool flag(const char* key, bool def) {
+    used_.insert(key);
+    const auto* n = t_.get(key);
+    if (!n) return def;
+    if (!n->is_boolean()) throw ConfigError(fmt::format("{}: '{}' must be true or false", where(path_, *n), key));
+    return *n->value<bool>();
+  }
+  std::vector<std::string> strs(const char* key, bool required) {
+    used_.insert(key);
+    const auto* n = t_.get(key);
+    std::vector<std::string> out;
+    if (!n) {
+      if (required) throw ConfigError(fmt::format("{}: {} needs '{}'", where(path_, t_), what_, key));
+      return out;
+    }
+    const auto* a = n->as_array();
+    if (!a) throw ConfigError(fmt::format("{}: '{}' must be an array of strings", where(path_, *n), key));
+    for (const auto& v : *a) {
+      if (!v.is_string()) throw ConfigError(fmt::format("{}: '{}' must be an array of strings", where(path_, v), key));
+      out.push_back(*v.value<std::string>());
+    }
+    return out;
+  }
+  /// Every key not read so far, as JSON (the check's kind-specific parameters).
+  nlohmann::json rest() {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [k, v] : t_) {
+      const std::string key(k.str());
+      if (!used_.count(key)) j[key] = to_json(v);
+    }
+    return j;
+  }
+  void no_other_keys() {
+    for (const auto& [k, v] : t_) {
+      const std::string key(k.str());
+      if (!used_.count(key)) throw ConfigError(fmt::format("{}: unknown key '{}' in {}", where(path_, v), key, what_));
+    }
+  }
+  const toml::table& table() const { return t_; }
+
+ private:
+  const std::string& path_;
+  const toml::table& t_;
+  std::string what_;
+  std::set<std::string> used_;
+};
+
+const toml::table& table_at(const std::string& path, const toml::table& root, const char* key) {
+  const auto* n = root.get(key);
+  if (!n || !n->is_table()) throw ConfigError(fmt::format("{}: missing [{}] table", path, key));
+  return *n->as_table();
+}
+
+}  // namespace
+
+LabSpec load_spec(const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(fmt::format("{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column, e.description()));
+  }
+  LabSpec s;
+  s.path = path;
+  for (const auto& [k, v] : root) {
+    const std::string key(k.str());
+    if (key != "lab" && key != "limits" && key != "run" && key != "check") {
+      throw ConfigError(fmt::format("{}: unknown top-level key '{}' (expected [lab], [limits], [[run]], [[check]])",
+                                    where(path, v), key));
+    }
+  }
+  {
+    Reader r(path, table_at(path, root, "lab"), "[lab]");
+    s.id = r.str("id", true);
+    s.title = r.str("title", true);
+    s.folder = r.str("folder", true);
+    s.program = r.str("program", true);
+    s.manifest = r.strs("manifest", true);
+    s.exercises = r.strs("exercises", true);
+    r.no_other_keys();
+    if (s.manifest.empty()) throw ConfigError(fmt::format("{}: [lab] manifest is empty", path));
+    for (const auto& f : s.manifest) {
+      if (f.empty() || f.find("..") != std::string::npos || f.front() == '/') {
+        throw ConfigError(fmt::format("{}: manifest entry '{}' must be a plain path inside the lab folder", path, f));
+      }
+    }
+  }
+  if (const auto* n = root.get("limits")) {
+    if (!n->is_table()) throw ConfigError(fmt::format("{}: [limits] must be a table", where(path, *n)));
+    Reader r(path, *n->as_table(), "[limits]");
+    s.memory_limit_mb = r.num("memory_mb", s.memory_limit_mb);
+    s.run_timeout_s = r.num("run_timeout_s", s.run_timeout_s);
+    s.test_timeout_s = r.num("test_timeout_s", s.test_timeout_s);
+    r.no_other_keys();
+    if (s.memory_limit_mb < 256 || s.run_timeout_s <= 0 || s.test_timeout_s <= 0) {
+      throw ConfigError(fmt::format("{}: [limits] memory_mb must be >= 256 and the timeouts > 0", where(path, *n)));
+    }
+  }
+  std::set<std::string> names;
+  if (const auto* n = root.get("run")) {
+    const auto* arr = n->as_array();
+    if (!arr) throw ConfigError(fmt::format("{}: 'run' must be an array of tables ([[run]])", where(path, *n)));
+    for (const auto& e : *arr) {
+      if (!e.is_table()) throw ConfigError(fmt::format("{}: each [[run]] must be a table", where(path, e)));
+      Reader r(path, *e.as_table(), "[[run]]");
+      RunSpec run;
+      run.name = r.str("name", true);
+      run.program = r.str("program", false, "lab");
+      run.ranks = static_cast<int>(r.num("ranks", 1));
+      run.args = r.strs("args", false);
+      run.timeout_s = r.num("timeout_s", 0);
+      run.save_model = r.flag("save_model", false);
+      r.no_other_keys();
+      if (!names.insert(run.name).second) throw ConfigError(fmt::format("{}: duplicate run name '{}'", where(path, e), run.name));
+      if (run.ranks < 1 || run.ranks > 16) throw ConfigError(fmt::format("{}: run '{}': ranks must be in 1..16", where(path, e), run.name));
+      if (run.program != "lab" && run.program != "reference") {
+        throw ConfigError(fmt::format("{}: run '{}': program must be \"lab\" or \"reference\"", where(path, e), run.name));
+      }
+      for (const auto& a : run.args) {
+        if (a == "--data" || a == "--report" || a == "--save-model") {
+          throw ConfigError(fmt::format("{}: run '{}': {} is set by the grader", where(path, e), run.name, a));
+        }
+      }
+      s.runs.push_back(std::move(run));
+    }
+  }
+  std::set<std::string> check_names;
+  if (const auto* n = root.get("check")) {
+    const auto* arr = n->as_array();
+    if (!arr) throw ConfigError(fmt::format("{}: 'check' must be an array of tables ([[check]])", where(path, *n)));
+    for (const auto& e : *arr) {
+      if (!e.is_table()) throw ConfigError(fmt::format("{}: each [[check]] must be a table", where(path, e)));
+      Reader r(path, *e.as_table(), "[[check]]");
+      CheckSpec c;
+      c.line = static_cast<int>(e.source().begin.line);
+      c.kind = r.str("kind", true);
+      c.name = r.str("name", true);
+      c.exercise = r.str("exercise", false);
+      c.points = r.num("points", 0);
+      c.visibility = parse_visibility(r.str("visibility", false, "visible"), where(path, e));
+      c.diagnosis = r.str("diagnosis", false);
+      if (e.as_table()->get("run")) c.runs.push_back(r.str("run", true));
+      for (auto& x : r.strs("runs", false)) c.runs.push_back(std::move(x));
+      c.params = r.rest();
+      if (c.points < 0) throw ConfigError(fmt::format("{}: check '{}': points must be >= 0", where(path, e), c.name));
+      if (!check_names.insert(c.name).second) throw ConfigError(fmt::format("{}: duplicate check name '{}'", where(path, e), c.name));
+      if (!c.exercise.empty() && std::find(s.exercises.begin(), s.exercises.end(), c.exercise) == s.exercises.end()) {
+        throw ConfigError(fmt::format("{}: check '{}': exercise {} is not in [lab] exercises", where(path, e), c.name, c.exercise));
+      }
+      for (const auto& rn : c.runs) {
+        if (!names.count(rn)) throw ConfigError(fmt::format("{}: check '{}' reads run '{}', which no [[run]] defines", where(path, e), c.name, rn));
+      }
+      s.checks.push_back(std::move(c));
+    }
+  }
+  if (s.checks.empty()) throw ConfigError(fmt::format("{}: no [[check]] defined", path));
+  return s;
+}
+
+std::vector<LabSpec> load_all_specs(const std::string& source_root) {
+  std::vector<LabSpec> out;
+  const fs::path labs = fs::path(source_root) / "labs";
+  if (!fs::is_directory(labs)) throw ConfigError(fmt::format("{}: not a ddplab source tree (no labs/ folder)", source_root));
+  for (const auto& e : fs::directory_iterator(labs)) {
+    const auto spec = e.path() / "grade.toml";
+    if (e.is_directory() && fs::exists(spec)) out.push_back(load_spec(spec.string()));
+  }
+  std::sort(out.begin(), out.end(), [](const LabSpec& a, const LabSpec& b) { return a.id < b.id; });
+  return out;
+}
+
+LabSpec find_spec(const std::string& source_root, const std::string& lab) {
+  if (lab.size() > 5 && lab.substr(lab.size() - 5) == ".toml") return load_spec(lab);  // a spec file itself
+  auto specs = load_all_specs(source_root);
+  std::string want = lab;
+  if (!want.empty() && std::all_of(want.begin(), want.end(), ::isdigit)) want = fmt::format("lab{:02d}", std::stoi(want));
+  std::string known;
+  for (auto& s : specs) {
+    if (s.id == want || s.folder == lab) return s;
+    known += (known.empty() ? "" : ", ") + s.id;
+  }
+  throw ConfigError(fmt::format("no lab '{}' (labs with a grade.toml: {})", lab, known));
+}
+
+}  // namespace ddplab::grader

@@ -1,0 +1,256 @@
+// Tests of the grader's parts that need no lab run: spec parsing and validation, the selection
+// of checks, submission intake (folders and zips), and the result writers' formats.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "ddplab/error.h"
+#include "ddplab/grader/checks.h"
+#include "ddplab/grader/grade.h"
+#include "ddplab/grader/spec.h"
+
+namespace fs = std::filesystem;
+using namespace ddplab::grader;
+
+namespace {
+
+class Scratch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ddplab_spec_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    const auto p = dir_ / name;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  std::string spec_text(const std::string& extra = "") {
+    return R"([lab]
+id = "lab09"
+title = "Lab 09"
+folder = "lab09_x"
+program = "lab09_x"
+manifest = ["lab09_student.cpp"]
+exercises = ["09.1"]
+
+[[run]]
+name = "r"
+ranks = 2
+args = ["--train-samples", "1000"]
+
+[[check]]
+kind = "consistency"
+name = "same parameters"
+exercise = "09.1"
+run = "r"
+points = 40
+at = "end"
+)" + extra;
+  }
+  /// The message of the ConfigError load_spec throws for `text`.
+  std::string error_of(const std::string& text) {
+    const auto p = write("grade.toml", text);
+    try {
+      load_spec(p);
+    } catch (const ddplab::ConfigError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  }
+  fs::path dir_;
+};
+
+TEST_F(Scratch, ParsesASpecWithKindSpecificParameters) {
+  const auto s = load_spec(write("grade.toml", spec_text("visibility = \"after_due_date\"\n")));
+  EXPECT_EQ(s.id, "lab09");
+  ASSERT_EQ(s.runs.size(), 1u);
+  EXPECT_EQ(s.runs[0].ranks, 2);
+  EXPECT_EQ(s.runs[0].program, "lab");
+  EXPECT_EQ(s.run_timeout_s, 120);
+  ASSERT_EQ(s.checks.size(), 1u);
+  const auto& c = s.checks[0];
+  EXPECT_EQ(c.kind, "consistency");
+  EXPECT_EQ(c.runs, std::vector<std::string>{"r"});
+  EXPECT_EQ(c.visibility, Visibility::kAfterDueDate);
+  EXPECT_EQ(c.params.at("at"), "end");  // not a common key: handed to the plug-in
+  EXPECT_FALSE(c.params.contains("points"));
+  EXPECT_DOUBLE_EQ(s.max_score(), 40);
+}
+
+TEST_F(Scratch, ErrorsNameTheFileTheLineAndTheProblem) {
+  EXPECT_NE(error_of("[lab]\nid = \n").find("grade.toml:2"), std::string::npos);  // TOML syntax
+  EXPECT_NE(error_of(spec_text("run = \"nowhere\"\n").replace(spec_text().find("run = \"r\""), 9, "")).find("no [[run]] defines"),
+            std::string::npos);
+  EXPECT_NE(error_of(spec_text("visibility = \"sometimes\"\n")).find("visibility 'sometimes'"), std::string::npos);
+  EXPECT_NE(error_of(spec_text() + "[limits]\nmemroy_mb = 1\n").find("unknown key 'memroy_mb'"), std::string::npos);
+  EXPECT_NE(error_of(spec_text("exercise = \"07.7\"\n").replace(spec_text().find("exercise = \"09.1\"\n"), 18, ""))
+                .find("exercise 07.7 is not in [lab] exercises"),
+            std::string::npos);
+  auto dup = spec_text() + "[[check]]\nkind = \"run_ok\"\nname = \"same parameters\"\nrun = \"r\"\n";
+  EXPECT_NE(error_of(dup).find("duplicate check name"), std::string::npos);
+  auto grader_flag = spec_text();
+  grader_flag.replace(grader_flag.find("\"--train-samples\""), 17, "\"--report\"");
+  EXPECT_NE(error_of(grader_flag).find("--report is set by the grader"), std::string::npos);
+  auto escape = spec_text();
+  escape.replace(escape.find("\"lab09_student.cpp\""), 19, "\"../../etc/passwd\"");
+  EXPECT_NE(error_of(escape).find("must be a plain path"), std::string::npos);
+}
+
+TEST_F(Scratch, UnknownCheckKindsAreRejectedBeforeAnythingRuns) {
+  auto s = load_spec(write("grade.toml", spec_text()));
+  s.checks[0].kind = "vibes";
+  try {
+    validate_check(s, s.checks[0]);
+    FAIL() << "no error";
+  } catch (const ddplab::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown check kind 'vibes'"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("coverage"), std::string::npos);  // lists the known kinds
+  }
+}
+
+TEST_F(Scratch, CheckSelectionKeepsOnlyTheRunsItNeeds) {
+  auto text = spec_text() + "\n[[run]]\nname = \"other\"\n\n[[check]]\nkind = \"run_ok\"\nname = \"other runs\"\nrun = \"other\"\npoints = 1\n";
+  const auto s = load_spec(write("grade.toml", text));
+  GradeOptions o;
+  o.only_checks = {"other"};
+  o.run_timeout_s = 7;
+  const auto e = effective_spec(s, o);
+  ASSERT_EQ(e.checks.size(), 1u);
+  EXPECT_EQ(e.checks[0].name, "other runs");
+  ASSERT_EQ(e.runs.size(), 1u);
+  EXPECT_EQ(e.runs[0].name, "other");
+  EXPECT_EQ(e.run_timeout_s, 7);
+  o.only_checks = {"nothing like this"};
+  EXPECT_THROW(effective_spec(s, o), ddplab::ConfigError);
+}
+
+TEST_F(Scratch, EveryLabOfTheKitHasAValidSpecMatchingItsHandout) {
+  const auto specs = load_all_specs(DDPLAB_TEST_SOURCE_ROOT);
+  ASSERT_GE(specs.size(), 3u);
+  for (const auto& s : specs) {
+    double total = 0;
+    for (const auto& c : s.checks) {
+      EXPECT_NO_THROW(validate_check(s, c)) << s.path << ": " << c.name;
+      total += c.points;
+    }
+    EXPECT_DOUBLE_EQ(total, 100) << s.path << ": a lab is worth 100 points";
+    for (const auto& f : s.manifest) {
+      EXPECT_TRUE(fs::exists(fs::path(DDPLAB_TEST_SOURCE_ROOT) / "labs" / s.folder / f)) << s.path << ": " << f;
+      EXPECT_TRUE(fs::exists(fs::path(DDPLAB_TEST_SOURCE_ROOT) / "solutions" / s.folder / f)) << s.path << ": " << f;
+    }
+  }
+  EXPECT_EQ(find_spec(DDPLAB_TEST_SOURCE_ROOT, "2").id, "lab02");
+  EXPECT_EQ(find_spec(DDPLAB_TEST_SOURCE_ROOT, "lab03_sampler").id, "lab03");
+  EXPECT_THROW(find_spec(DDPLAB_TEST_SOURCE_ROOT, "lab99"), ddplab::ConfigError);
+}
+
+TEST_F(Scratch, SubmissionsGiveOnlyTheirManifestFiles) {
+  const auto s = load_spec(write("grade.toml", spec_text()));
+  write("kit/labs/lab09_x/lab09_student.cpp", "skeleton\n");
+  // A folder as a student would upload it: nested, with files the grader must ignore.
+  write("sub/my-work/lab09_x/lab09_student.cpp", "student\n");
+  write("sub/my-work/lab09_x/main.cpp", "int main() { return 0; }  // not in the manifest\n");
+  const auto notes = collect_submission(s, (dir_ / "kit").string(), (dir_ / "sub").string(), (dir_ / "slot").string());
+  std::ifstream in(dir_ / "slot" / "lab09_student.cpp");
+  std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, "student\n");
+  EXPECT_FALSE(fs::exists(dir_ / "slot" / "main.cpp"));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("from my-work/lab09_x/lab09_student.cpp"), std::string::npos);
+
+  // A file missing from the submission: the skeleton's, said so.
+  fs::create_directories(dir_ / "empty");
+  const auto n2 = collect_submission(s, (dir_ / "kit").string(), (dir_ / "empty").string(), (dir_ / "slot2").string());
+  std::ifstream in2(dir_ / "slot2" / "lab09_student.cpp");
+  std::string got2((std::istreambuf_iterator<char>(in2)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got2, "skeleton\n");
+  EXPECT_NE(n2[0].find("skeleton's is used"), std::string::npos);
+  EXPECT_THROW(collect_submission(s, (dir_ / "kit").string(), (dir_ / "nowhere").string(), (dir_ / "slot3").string()),
+               ddplab::ConfigError);
+}
+
+TEST_F(Scratch, ZippedSubmissionsAreUnpackedInTheScratchFolder) {
+  if (std::system("command -v zip >/dev/null 2>&1") != 0) GTEST_FAIL() << "zip is needed (tools/setup-debian.sh installs it)";
+  const auto s = load_spec(write("grade.toml", spec_text()));
+  write("kit/labs/lab09_x/lab09_student.cpp", "skeleton\n");
+  write("z/lab09_student.cpp", "zipped\n");
+  ASSERT_EQ(std::system(("cd " + (dir_ / "z").string() + " && zip -q ../s.zip lab09_student.cpp").c_str()), 0);
+  collect_submission(s, (dir_ / "kit").string(), (dir_ / "s.zip").string(), (dir_ / "work" / "slot").string());
+  std::ifstream in(dir_ / "work" / "slot" / "lab09_student.cpp");
+  std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(got, "zipped\n");
+  EXPECT_FALSE(fs::exists(dir_ / "work" / "unzipped"));  // cleaned up
+}
+
+LabResult sample_result() {
+  LabResult lab;
+  lab.lab = "lab09";
+  lab.title = "Lab 09 <x>";
+  lab.max_score = 30;
+  lab.score = 10;
+  lab.not_attempted = {"09.2"};
+  CheckResult ok;
+  ok.name = "passes";
+  ok.kind = "run_ok";
+  ok.max_score = ok.score = 10;
+  ok.status = Status::kPassed;
+  ok.observed = "fine";
+  CheckResult bad = ok;
+  bad.name = "fails & \"quotes\"";
+  bad.score = 0;
+  bad.status = Status::kFailed;
+  bad.observed = "rank 1 <crashed>\x01";
+  bad.diagnosis = "a null tensor";
+  bad.visibility = Visibility::kHidden;
+  bad.exercise = "09.1";
+  CheckResult na = bad;
+  na.name = "later";
+  na.status = Status::kNotAttempted;
+  na.visibility = Visibility::kVisible;
+  lab.checks = {ok, bad, na};
+  return lab;
+}
+
+TEST(Outputs, GradescopeResultsHaveTheFieldsGradescopeReads) {
+  const auto j = gradescope_results({sample_result()});
+  EXPECT_EQ(j.at("score"), 10);
+  ASSERT_EQ(j.at("tests").size(), 3u);
+  const auto& t = j["tests"][1];
+  EXPECT_EQ(t.at("name"), "lab09: fails & \"quotes\"");
+  EXPECT_EQ(t.at("score"), 0);
+  EXPECT_EQ(t.at("max_score"), 10);
+  EXPECT_EQ(t.at("status"), "failed");
+  EXPECT_EQ(t.at("visibility"), "hidden");
+  EXPECT_EQ(t.at("number"), "09.1");
+  EXPECT_NE(t.at("output").get<std::string>().find("Likely cause: a null tensor"), std::string::npos);
+  EXPECT_EQ(j["tests"][2]["extra_data"]["ddplab_status"], "not attempted");
+  EXPECT_NE(j.at("output").get<std::string>().find("not attempted: exercise(s) 09.2"), std::string::npos);
+}
+
+TEST(Outputs, JunitAndHtmlEscapeWhatStudentsPrint) {
+  const auto x = junit_xml({sample_result()});
+  EXPECT_NE(x.find("tests=\"3\" failures=\"2\""), std::string::npos);
+  EXPECT_NE(x.find("name=\"fails &amp; &quot;quotes&quot;\""), std::string::npos);
+  EXPECT_NE(x.find("rank 1 &lt;crashed&gt;?"), std::string::npos);  // control character replaced
+  EXPECT_NE(x.find("type=\"not_attempted\""), std::string::npos);
+  EXPECT_EQ(x.find('\x01'), std::string::npos);
+  const auto h = html_report({sample_result()});
+  EXPECT_NE(h.find("Lab 09 &lt;x&gt; — 10 / 30"), std::string::npos);
+  EXPECT_NE(h.find("Not attempted: exercise(s) 09.2"), std::string::npos);
+  const auto t = terminal_summary({sample_result()}, false);
+  EXPECT_NE(t.find("FAIL     0 / 10  09.1 fails"), std::string::npos);
+  EXPECT_NE(t.find("likely cause: a null tensor"), std::string::npos);
+  EXPECT_EQ(t.find("\033["), std::string::npos);  // no colour when asked for none
+  EXPECT_NE(terminal_summary({sample_result()}, true).find("\033[32mPASS"), std::string::npos);
+}
+
+}  // namespace
