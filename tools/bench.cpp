@@ -155,6 +155,7 @@ void setup_bench(CLI::App& app) {
   train->callback([o] { exit_status() = run_bench_train(*o); });
   setup_bench_allreduce(*bench);
   setup_bench_scaling(*bench);
+  setup_bench_grade(*bench);
 }
 
 }  // namespace ddplab::tools

@@ -14,6 +14,8 @@ void setup_grade(CLI::App& app);   // grade LAB... | --all [--submission P | --b
 void setup_bench_allreduce(CLI::App& bench);
 /// Registers `bench scaling` (and its hidden per-rank worker) under `bench` (tools/bench_scaling.cpp).
 void setup_bench_scaling(CLI::App& bench);
+/// Registers `bench grade` under `bench` (tools/grade.cpp).
+void setup_bench_grade(CLI::App& bench);
 
 /// Exit status the process returns after a subcommand ran (a benchmark that missed its target: 1).
 int& exit_status();

@@ -3,6 +3,7 @@
 // gradebook; calibrates the reference figures of this machine. Guide: docs/instructor-guide.md.
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -166,6 +167,37 @@ int run_grade(const GradeCli& o) {
 }
 
 }  // namespace
+
+/// `ddplab bench grade`: wall time to grade every lab of one tree, builds excluded, against the
+/// target (3 minutes for labs 01-03 on 2 cores).
+int run_bench_grade(const GradeCli& o, double target_s) {
+  GradeCli g = o;
+  g.all = true;
+  g.no_build = true;
+  g.quiet = true;
+  g.no_color = true;
+  if (g.tree.empty()) g.tree = "solutions";
+  const auto start = std::chrono::steady_clock::now();
+  const int status = run_grade(g);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const bool ok = s <= target_s;
+  fmt::print("bench grade: every lab of the {} tree graded in {:.1f} s (builds excluded); target <= {:.0f} s   {}\n",
+             g.tree, s, target_s, ok ? "OK" : "FAILED");
+  if (status != 0) fmt::print("  (the graded tree did not score full marks: see the summary above)\n");
+  return ok ? 0 : 1;
+}
+
+void setup_bench_grade(CLI::App& bench) {
+  auto o = std::make_shared<GradeCli>();
+  auto target = std::make_shared<double>(180.0);
+  auto* sub = bench.add_subcommand("grade", "Time to grade every lab of a built tree (builds excluded) vs the target");
+  sub->add_option("--tree", o->tree, "labs or solutions (default: solutions)");
+  sub->add_option("--data", o->data, "Data set for the runs (default: $DDPLAB_DATA, else <kit>/data/ctr-small)");
+  sub->add_option("--out", o->out, "Where results go")->capture_default_str();
+  sub->add_option("--calibration", o->calibration, "Calibration file (default: <build>/grader/calibration.json)");
+  sub->add_option("--target", *target, "Required seconds")->capture_default_str();
+  sub->callback([o, target] { exit_status() = run_bench_grade(*o, *target); });
+}
 
 void setup_grade(CLI::App& app) {
   auto o = std::make_shared<GradeCli>();
