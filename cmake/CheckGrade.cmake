@@ -8,19 +8,9 @@ cmake_policy(VERSION 3.22)
 #   -DEXPECT_CHECKS="name|status|regex;..."   the check whose name ends with `name` has
 #                              extra_data.ddplab_status `status` and an output matching `regex`
 #   -DEVERY_STATUS=status      every check has this status
-#   -DCLEAN=path               removed before the run
-if(CLEAN)
-  file(REMOVE_RECURSE ${CLEAN})
-endif()
-if(NOT DEFINED EXPECT_RC)
-  set(EXPECT_RC 0)
-endif()
-execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 1500)
-set(all "${out}${err}")
-string(REPLACE ";" " " shown "${CMD}")
-if(NOT "${rc}" MATCHES "^(${EXPECT_RC})$")
-  message(FATAL_ERROR "`${shown}` exited with ${rc}, expected ${EXPECT_RC}. Output:\n${all}")
-endif()
+#   -DCLEAN=path               removed before the run (and CheckRun.cmake's other options)
+# Running the command, cleaning and the exit-status check are CheckRun's (it sets `all` and `shown`).
+include(${CMAKE_CURRENT_LIST_DIR}/CheckRun.cmake)
 if(NOT EXISTS ${RESULTS})
   message(FATAL_ERROR "`${shown}` wrote no ${RESULTS}. Output:\n${all}")
 endif()

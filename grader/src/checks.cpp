@@ -713,27 +713,35 @@ const std::vector<std::pair<std::string, CheckFn>>& check_registry() {
   return kinds;
 }
 
-void validate_check(const LabSpec& lab, const CheckSpec& spec) {
+namespace {
+
+/// The plug-in of `spec`'s kind; a ConfigError naming the spec line and the known kinds if none.
+const CheckFn& find_kind(const LabSpec& lab, const CheckSpec& spec) {
   for (const auto& [name, fn] : check_registry()) {
-    if (name == spec.kind) return;
+    if (name == spec.kind) return fn;
   }
   std::string known;
   for (const auto& [name, fn] : check_registry()) known += (known.empty() ? "" : ", ") + name;
   throw ConfigError(fmt::format("{}:{}: unknown check kind '{}' (known: {})", lab.path, spec.line, spec.kind, known));
 }
 
-CheckResult run_check(const CheckSpec& spec, GradeContext& ctx) {
+}  // namespace
+
+void validate_check(const LabSpec& lab, const CheckSpec& spec) { find_kind(lab, spec); }
+
+CheckResult result_of(const CheckSpec& spec) {
   CheckResult r;
   r.name = spec.name;
   r.kind = spec.kind;
   r.exercise = spec.exercise;
   r.visibility = spec.visibility;
   r.max_score = spec.points;
-  validate_check(ctx.spec, spec);
-  CheckFn fn;
-  for (const auto& [name, f] : check_registry()) {
-    if (name == spec.kind) fn = f;
-  }
+  return r;
+}
+
+CheckResult run_check(const CheckSpec& spec, GradeContext& ctx) {
+  CheckResult r = result_of(spec);
+  const CheckFn& fn = find_kind(ctx.spec, spec);
   try {
     fn(spec, ctx, r);
   } catch (const ConfigError&) {

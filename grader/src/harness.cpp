@@ -440,12 +440,7 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
 
   if (!result.build_error.empty()) {
     for (const auto& c : spec.checks) {
-      CheckResult r;
-      r.name = c.name;
-      r.kind = c.kind;
-      r.exercise = c.exercise;
-      r.visibility = c.visibility;
-      r.max_score = c.points;
+      CheckResult r = result_of(c);
       r.status = Status::kFailed;
       r.observed = "the submission does not compile";
       r.diagnosis = "fix the compiler errors below (build your tree with ./kit build labs)";

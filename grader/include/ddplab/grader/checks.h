@@ -20,6 +20,10 @@ using CheckFn = std::function<void(const CheckSpec& spec, GradeContext& ctx, Che
 /// The registered kinds, by name.
 const std::vector<std::pair<std::string, CheckFn>>& check_registry();
 
+/// A result for `spec` with its name, kind, exercise, visibility and max score filled in, not yet
+/// judged (status failed, score 0).
+CheckResult result_of(const CheckSpec& spec);
+
 /// Runs one check (looks up its kind; an unknown kind is a ConfigError naming the spec line).
 CheckResult run_check(const CheckSpec& spec, GradeContext& ctx);
 
