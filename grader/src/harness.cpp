@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -254,8 +255,8 @@ std::string now_text() {
 
 // ---- calibration ----
 
-std::optional<double> Calibration::get(const std::string& lab, const std::string& check) const {
-  const auto it = values.find(lab + "/" + check);
+std::optional<double> Calibration::get(const std::string& lab, const std::string& check_id) const {
+  const auto it = values.find(lab + "/" + check_id);
   if (it == values.end() || !it->is_number()) return std::nullopt;
   return it->get<double>();
 }
@@ -274,6 +275,20 @@ std::string machine_id() {
   ::gethostname(host, sizeof host - 1);
   return fmt::format("{} | {} | {} cores", host, model, sys::usable_cores());
 }
+
+std::string resolve_data_dir(const std::string& given, const std::string& source_dir) {
+  std::string dir = given;
+  if (dir.empty()) {
+    const char* env = std::getenv("DDPLAB_DATA");
+    dir = env ? env : (fs::path(source_dir) / "data" / "ctr-small").string();
+  }
+  if (!fs::exists(fs::path(dir) / "meta.json")) {
+    throw ConfigError(fmt::format("--data {}: no data set there (generate one: ddplab data gen --out {})", dir, dir));
+  }
+  return fs::canonical(dir).string();
+}
+
+std::string this_build_dir() { return fs::canonical("/proc/self/exe").parent_path().parent_path().string(); }
 
 std::string default_calibration_path(const std::string& build_dir) {
   return (fs::path(build_dir) / "grader" / "calibration.json").string();
@@ -369,7 +384,7 @@ LabSpec effective_spec(const LabSpec& full, const GradeOptions& o) {
   spec.checks.clear();
   for (const auto& c : full.checks) {
     for (const auto& want : o.only_checks) {
-      if (c.name.find(want) != std::string::npos) {
+      if (c.id == want || c.name.find(want) != std::string::npos) {
         spec.checks.push_back(c);
         break;
       }
@@ -388,8 +403,7 @@ LabSpec effective_spec(const LabSpec& full, const GradeOptions& o) {
 
 LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
   const auto start = std::chrono::steady_clock::now();
-  const LabSpec spec = effective_spec(full_spec, o);
-  for (const auto& c : spec.checks) validate_check(spec, c);
+  const LabSpec spec = effective_spec(full_spec, o);  // its checks were validated by load_spec
   bool need_tests = false;
   for (const auto& c : spec.checks) need_tests = need_tests || c.kind == "unit_tests";
   LabResult result;

@@ -67,7 +67,8 @@ json gradescope_results(const std::vector<LabResult>& labs) {
                 {"status", c.status == Status::kPassed ? "passed" : "failed"},
                 {"output", fmt::format("[{}] {}", status_name(c.status), check_text(c))},
                 {"visibility", visibility_name(c.visibility)},
-                {"extra_data", {{"kind", c.kind}, {"ddplab_status", status_name(c.status)}, {"seconds", c.seconds}}}};
+                {"extra_data",
+                 {{"id", c.id}, {"kind", c.kind}, {"ddplab_status", status_name(c.status)}, {"seconds", c.seconds}}}};
       if (!c.exercise.empty()) t["number"] = c.exercise;
       tests.push_back(std::move(t));
     }

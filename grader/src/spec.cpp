@@ -1,14 +1,20 @@
-// Parsing and validation of grade.toml (toml++). Every error names the file and line.
+// Parsing and validation of grade.toml (toml++): the [lab] facts derived from the lab's folder,
+// the runs, and the checks validated against their kinds' descriptors. Every error names the
+// file and line.
 #include "ddplab/grader/spec.h"
 
 #include <algorithm>
 #include <filesystem>
+#include <regex>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include "ddplab/error.h"
+#include "ddplab/grader/checks.h"
+#include "ddplab/grader/regions.h"
 
 namespace fs = std::filesystem;
 
@@ -43,6 +49,28 @@ double LabSpec::max_score() const {
   double s = 0;
   for (const auto& c : checks) s += c.points;
   return s;
+}
+
+namespace {
+
+const nlohmann::json& param(const CheckSpec& c, const std::string& key) {
+  const auto it = c.params.find(key);
+  if (it == c.params.end()) {
+    throw UndeclaredParameter(fmt::format("grader bug: check kind '{}' reads parameter '{}', which is not set (declare it "
+                                          "in the kind's descriptor)",
+                                          c.kind, key));
+  }
+  return *it;
+}
+
+}  // namespace
+
+double CheckSpec::number(const std::string& key) const { return param(*this, key).get<double>(); }
+int64_t CheckSpec::integer(const std::string& key) const { return param(*this, key).get<int64_t>(); }
+bool CheckSpec::flag(const std::string& key) const { return param(*this, key).get<bool>(); }
+std::string CheckSpec::text(const std::string& key) const { return param(*this, key).get<std::string>(); }
+std::vector<std::string> CheckSpec::texts(const std::string& key) const {
+  return param(*this, key).get<std::vector<std::string>>();
 }
 
 namespace {
@@ -123,6 +151,15 @@ class Reader {
     }
     return j;
   }
+  /// The line of each key not read so far.
+  std::map<std::string, int> rest_lines() {
+    std::map<std::string, int> lines;
+    for (const auto& [k, v] : t_) {
+      const std::string key(k.str());
+      if (!used_.count(key)) lines[key] = static_cast<int>(v.source().begin.line);
+    }
+    return lines;
+  }
   void no_other_keys() {
     for (const auto& [k, v] : t_) {
       const std::string key(k.str());
@@ -137,6 +174,51 @@ class Reader {
   std::string what_;
   std::set<std::string> used_;
 };
+
+/// Exercise ids in course order: "03.2" before "03.10".
+bool exercise_less(const std::string& a, const std::string& b) {
+  const auto split = [](const std::string& id) {
+    const auto dot = id.find('.');
+    return std::make_pair(std::stoi(id.substr(0, dot)), std::stoi(id.substr(dot + 1)));
+  };
+  return split(a) < split(b);
+}
+
+/// The [lab] facts that follow from a spec at <root>/labs/<folder>/grade.toml: the id, folder and
+/// program are the folder's name, the manifest the files of solutions/<folder>/, the exercises
+/// the ids of their STUDENT CODE regions. The skeleton must hold the same files.
+void derive_lab(LabSpec& s, const fs::path& root, const std::string& folder) {
+  s.id = s.folder = s.program = folder;
+  const fs::path solutions = root / "solutions" / folder;
+  if (!fs::is_directory(solutions)) {
+    throw ConfigError(fmt::format("{}: lab {} has no solutions/{}/ (its files give the manifest and exercises)", s.path,
+                                  folder, folder));
+  }
+  s.manifest = student_files(root.string(), folder);
+  if (s.manifest.empty()) throw ConfigError(fmt::format("{}: solutions/{}/ holds no file for the manifest", s.path, folder));
+  for (const auto& f : s.manifest) {
+    if (!fs::is_regular_file(root / "labs" / folder / f)) {
+      throw ConfigError(fmt::format("{}: solutions/{}/{} has no skeleton labs/{}/{}", s.path, folder, f, folder, f));
+    }
+    try {
+      for (const auto& r : parse_marked_file((solutions / f).string()).regions) s.exercises.push_back(r.id);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {
+      throw ConfigError(fmt::format("{}: {}", s.path, e.what()));
+    }
+  }
+  std::sort(s.exercises.begin(), s.exercises.end(), exercise_less);
+}
+
+/// The lab folder of a spec at <root>/labs/<folder>/grade.toml, with the kit's root; none for a
+/// spec elsewhere.
+std::optional<std::pair<fs::path, std::string>> lab_folder_of(const std::string& path) {
+  const fs::path p = fs::absolute(path).lexically_normal();
+  const fs::path dir = p.parent_path();
+  if (p.filename() != "grade.toml" || dir.parent_path().filename() != "labs") return std::nullopt;
+  return std::make_pair(dir.parent_path().parent_path(), dir.filename().string());
+}
 
 const toml::table& table_at(const std::string& path, const toml::table& root, const char* key) {
   const auto* n = root.get(key);
@@ -163,15 +245,28 @@ LabSpec load_spec(const std::string& path) {
     }
   }
   {
-    Reader r(path, table_at(path, root, "lab"), "[lab]");
-    s.id = r.str("id", true);
+    const toml::table& lab = table_at(path, root, "lab");
+    Reader r(path, lab, "[lab]");
     s.title = r.str("title", true);
-    s.folder = r.str("folder", true);
-    s.program = r.str("program", true);
-    s.manifest = r.strs("manifest", true);
-    s.exercises = r.strs("exercises", true);
-    r.no_other_keys();
-    if (s.manifest.empty()) throw ConfigError(fmt::format("{}: [lab] manifest is empty", path));
+    if (const auto folder = lab_folder_of(path)) {
+      for (const char* key : {"id", "folder", "program", "manifest", "exercises"}) {
+        if (const auto* n = lab.get(key)) {
+          throw ConfigError(fmt::format("{}: [lab] {} follows from the lab's folder (labs/{}/ and solutions/{}/): remove it",
+                                        where(path, *n), key, folder->second, folder->second));
+        }
+      }
+      r.no_other_keys();
+      derive_lab(s, folder->first, folder->second);
+    } else {
+      // A spec outside labs/ (the grader's self-tests) has no lab folder to derive from.
+      s.folder = r.str("folder", true);
+      s.id = s.folder;
+      s.program = r.str("program", true);
+      s.manifest = r.strs("manifest", true);
+      s.exercises = r.strs("exercises", true);
+      r.no_other_keys();
+      if (s.manifest.empty()) throw ConfigError(fmt::format("{}: [lab] manifest is empty", path));
+    }
     for (const auto& f : s.manifest) {
       if (f.empty() || f.find("..") != std::string::npos || f.front() == '/') {
         throw ConfigError(fmt::format("{}: manifest entry '{}' must be a plain path inside the lab folder", path, f));
@@ -217,7 +312,8 @@ LabSpec load_spec(const std::string& path) {
       s.runs.push_back(std::move(run));
     }
   }
-  std::set<std::string> check_names;
+  std::set<std::string> check_names, check_ids;
+  static const std::regex kId("[a-z][a-z0-9_]*");
   if (const auto* n = root.get("check")) {
     const auto* arr = n->as_array();
     if (!arr) throw ConfigError(fmt::format("{}: 'check' must be an array of tables ([[check]])", where(path, *n)));
@@ -226,23 +322,32 @@ LabSpec load_spec(const std::string& path) {
       Reader r(path, *e.as_table(), "[[check]]");
       CheckSpec c;
       c.line = static_cast<int>(e.source().begin.line);
+      c.id = r.str("id", true);
       c.kind = r.str("kind", true);
       c.name = r.str("name", true);
       c.exercise = r.str("exercise", false);
       c.points = r.num("points", 0);
       c.visibility = parse_visibility(r.str("visibility", false, "visible"), where(path, e));
+      c.diagnosis_given = e.as_table()->contains("diagnosis");
       c.diagnosis = r.str("diagnosis", false);
       if (e.as_table()->get("run")) c.runs.push_back(r.str("run", true));
       for (auto& x : r.strs("runs", false)) c.runs.push_back(std::move(x));
       c.params = r.rest();
+      c.param_lines = r.rest_lines();
+      if (!std::regex_match(c.id, kId)) {
+        throw ConfigError(fmt::format("{}: check id '{}' must be snake_case (a-z, 0-9, _; a letter first)", where(path, e), c.id));
+      }
+      if (!check_ids.insert(c.id).second) throw ConfigError(fmt::format("{}: duplicate check id '{}'", where(path, e), c.id));
       if (c.points < 0) throw ConfigError(fmt::format("{}: check '{}': points must be >= 0", where(path, e), c.name));
       if (!check_names.insert(c.name).second) throw ConfigError(fmt::format("{}: duplicate check name '{}'", where(path, e), c.name));
       if (!c.exercise.empty() && std::find(s.exercises.begin(), s.exercises.end(), c.exercise) == s.exercises.end()) {
-        throw ConfigError(fmt::format("{}: check '{}': exercise {} is not in [lab] exercises", where(path, e), c.name, c.exercise));
+        throw ConfigError(fmt::format("{}: check '{}': exercise {} is not one of the lab's exercises ({})", where(path, e),
+                                      c.name, c.exercise, fmt::join(s.exercises, ", ")));
       }
       for (const auto& rn : c.runs) {
         if (!names.count(rn)) throw ConfigError(fmt::format("{}: check '{}' reads run '{}', which no [[run]] defines", where(path, e), c.name, rn));
       }
+      validate_check(s, c);
       s.checks.push_back(std::move(c));
     }
   }
@@ -250,29 +355,45 @@ LabSpec load_spec(const std::string& path) {
   return s;
 }
 
-std::vector<LabSpec> load_all_specs(const std::string& source_root) {
-  std::vector<LabSpec> out;
+std::vector<std::string> spec_paths(const std::string& source_root) {
   const fs::path labs = fs::path(source_root) / "labs";
   if (!fs::is_directory(labs)) throw ConfigError(fmt::format("{}: not a ddplab source tree (no labs/ folder)", source_root));
+  std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(labs)) {
     const auto spec = e.path() / "grade.toml";
-    if (e.is_directory() && fs::exists(spec)) out.push_back(load_spec(spec.string()));
+    if (e.is_directory() && fs::exists(spec)) out.push_back(spec.string());
   }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<LabSpec> load_all_specs(const std::string& source_root) {
+  std::vector<LabSpec> out;
+  for (const auto& p : spec_paths(source_root)) out.push_back(load_spec(p));
   std::sort(out.begin(), out.end(), [](const LabSpec& a, const LabSpec& b) { return a.id < b.id; });
   return out;
 }
 
 LabSpec find_spec(const std::string& source_root, const std::string& lab) {
   if (lab.size() > 5 && lab.substr(lab.size() - 5) == ".toml") return load_spec(lab);  // a spec file itself
-  auto specs = load_all_specs(source_root);
+  // "3" and "03" are short for "lab03"; "lab03" for the one lab whose folder starts with it.
   std::string want = lab;
-  if (!want.empty() && std::all_of(want.begin(), want.end(), ::isdigit)) want = fmt::format("lab{:02d}", std::stoi(want));
-  std::string known;
-  for (auto& s : specs) {
-    if (s.id == want || s.folder == lab) return s;
-    known += (known.empty() ? "" : ", ") + s.id;
+  if (!want.empty() && want.size() <= 2 && std::all_of(want.begin(), want.end(), ::isdigit)) {
+    want = fmt::format("lab{:02d}", std::stoi(want));
   }
-  throw ConfigError(fmt::format("no lab '{}' (labs with a grade.toml: {})", lab, known));
+  std::vector<std::string> ids, matches;
+  std::string exact;
+  for (const auto& p : spec_paths(source_root)) {
+    const std::string id = fs::path(p).parent_path().filename().string();
+    ids.push_back(id);
+    if (id == want) exact = p;
+    // A prefix must end at a word boundary: "lab03" matches "lab03_sampler", "lab0" nothing.
+    if (id.size() > want.size() && id.compare(0, want.size(), want) == 0 && id[want.size()] == '_') matches.push_back(id);
+  }
+  if (!exact.empty()) return load_spec(exact);
+  if (matches.size() == 1) return load_spec((fs::path(source_root) / "labs" / matches[0] / "grade.toml").string());
+  if (matches.size() > 1) throw ConfigError(fmt::format("lab '{}' is ambiguous: {}", lab, fmt::join(matches, ", ")));
+  throw ConfigError(fmt::format("no lab '{}' (labs with a grade.toml: {})", lab, fmt::join(ids, ", ")));
 }
 
 }  // namespace ddplab::grader

@@ -1,34 +1,85 @@
-// Check plug-ins: each kind of check is a small function from the spec's [[check]] and the
-// harness's context (runs made, binaries, calibration) to a result. Adding a kind = one function
-// plus one line in the registry (checks.cpp). The list of kinds and their parameters is in
-// docs/instructor-guide.md.
+// Check plug-ins: each kind of check is one file in grader/src/checks/ that ends with a descriptor
+// (CheckKind) declaring its parameters, their types and defaults, its default diagnosis and its
+// function; grader/src/checks/registry.cpp lists the descriptors. Specs are validated against them.
 #pragma once
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "ddplab/grader/grade.h"
 
 namespace ddplab::grader {
 
-/// Fills result.status, score, observed, diagnosis, details. A check that cannot judge because a
-/// run it reads failed reports that failure (status failed, or not attempted when the run
-/// stopped at a skeleton stub) — never a pass.
+/// The type of a check parameter, as the spec's TOML value must have it.
+enum class ParamType { kNumber, kInteger, kBool, kString, kStringList };
+/// "number", "integer", "bool", "string", "string list" (the names the instructor guide uses).
+const char* param_type_name(ParamType t);
+
+/// Whether a parameter must be written, has a default, or may be left out without one.
+enum class Presence { kDefault, kRequired, kOptional };
+
+/// One parameter a kind accepts.
+struct ParamSpec {
+  ParamSpec(std::string name_, ParamType type_, nlohmann::json default_value_, std::string meaning_,
+            Presence presence_ = Presence::kDefault, std::vector<std::string> choices_ = {})
+      : name(std::move(name_)), type(type_), default_value(std::move(default_value_)), meaning(std::move(meaning_)),
+        presence(presence_), choices(std::move(choices_)) {}
+
+  std::string name;
+  ParamType type = ParamType::kNumber;
+  nlohmann::json default_value;       ///< filled in when the spec leaves it out (Presence::kDefault)
+  std::string meaning;                ///< one line, for the instructor guide
+  Presence presence = Presence::kDefault;
+  std::vector<std::string> choices;   ///< allowed values of a string parameter (empty: any)
+};
+
+/// How many runs a kind reads (`run = "x"` or `runs = [...]`).
+enum class RunArity { kNone, kOne, kOneOrMore, kTwo };
+
+/// Fills result.status, observed, diagnosis, details. A check that cannot judge because a run it
+/// reads failed reports that failure (status failed, or not attempted when the run stopped at a
+/// skeleton stub) — never a pass.
 using CheckFn = std::function<void(const CheckSpec& spec, GradeContext& ctx, CheckResult& result)>;
+/// A kind's own consistency rules between its parameters and the lab's runs, checked when the spec
+/// is loaded: returns the problem ("" if none), without file and line (the caller adds them).
+using CheckRulesFn = std::function<std::string(const CheckSpec& spec, const LabSpec& lab)>;
 
-/// The registered kinds, by name.
-const std::vector<std::pair<std::string, CheckFn>>& check_registry();
+/// A self-describing check kind.
+struct CheckKind {
+  std::string name;                ///< `kind = "..."` in the spec
+  std::string passes_when;         ///< one line, for the instructor guide
+  RunArity runs = RunArity::kOne;
+  std::vector<ParamSpec> params;
+  /// The default of the spec's `diagnosis`. Kinds that word each way of failing separately
+  /// declare `diagnosis_<failure>` parameters instead; a spec's `diagnosis` then sets those it
+  /// does not set itself.
+  std::string diagnosis;
+  CheckFn run;
+  CheckRulesFn rules;  ///< optional
+};
 
-/// A result for `spec` with its name, kind, exercise, visibility and max score filled in, not yet
-/// judged (status failed, score 0).
+/// The registered kinds (registry.cpp), in the order the instructor guide lists them.
+const std::vector<const CheckKind*>& check_registry();
+/// The kind named `name`, or nullptr.
+const CheckKind* find_kind(const std::string& name);
+
+/// Validates a parsed [[check]] against its kind and fills in every parameter's default, so a
+/// check reads each declared parameter with the typed accessors of CheckSpec. Throws ConfigError
+/// "file:line: check "name" (kind): ..." for an unknown kind, an unknown parameter (listing the
+/// known ones), a wrong type, a missing required parameter, a value outside its choices, the wrong
+/// number of runs or a broken kind rule. load_spec calls it for every check.
+void validate_check(const LabSpec& lab, CheckSpec& spec);
+
+/// A result for `spec` with its id, name, kind, exercise, visibility and max score filled in, not
+/// yet judged (status failed, score 0).
 CheckResult result_of(const CheckSpec& spec);
 
-/// Runs one check (looks up its kind; an unknown kind is a ConfigError naming the spec line).
+/// Runs one (validated) check. Whatever the student's outputs make the check throw becomes a
+/// failed check saying they are missing or malformed; a ConfigError is rethrown.
 CheckResult run_check(const CheckSpec& spec, GradeContext& ctx);
-
-/// Throws ConfigError for a check kind that does not exist or parameters it does not accept, so
-/// a spec is validated before anything is built.
-void validate_check(const LabSpec& lab, const CheckSpec& spec);
 
 }  // namespace ddplab::grader

@@ -21,7 +21,7 @@ const char* status_name(Status s);
 
 /// The outcome of one check.
 struct CheckResult {
-  std::string name, kind, exercise;
+  std::string id, name, kind, exercise;
   Visibility visibility = Visibility::kVisible;
   double score = 0, max_score = 0;
   Status status = Status::kFailed;
@@ -68,7 +68,7 @@ struct GradeOptions {
   std::string data_dir;     ///< the data set runs train on
   std::string out_dir;      ///< results of this lab go to out_dir/<lab id>/
   std::string calibration;  ///< calibration file (reference figures on this machine); "" = default
-  std::vector<std::string> only_checks;  ///< grade only checks whose name contains one of these
+  std::vector<std::string> only_checks;  ///< grade only checks with one of these ids, or whose name contains one
   double run_timeout_s = 0;   ///< overrides the spec's [limits] run_timeout_s (0: the spec's)
   double test_timeout_s = 0;  ///< overrides the spec's [limits] test_timeout_s (0: the spec's)
   bool build = true;        ///< (re)build the lab's targets before grading
@@ -80,9 +80,15 @@ struct GradeOptions {
 /// submission relative to the reference (AUC, scaling efficiency). Keyed by machine.
 struct Calibration {
   std::string machine;
-  nlohmann::json values = nlohmann::json::object();  ///< "<lab>/<check name>" -> figure
-  std::optional<double> get(const std::string& lab, const std::string& check) const;
+  nlohmann::json values = nlohmann::json::object();  ///< "<lab id>/<check id>" -> figure
+  std::optional<double> get(const std::string& lab, const std::string& check_id) const;
 };
+
+/// The data set to grade on: `given`, else $DDPLAB_DATA, else <source_dir>/data/ctr-small, made
+/// absolute. Throws ConfigError (saying how to generate one) if it holds no data set.
+std::string resolve_data_dir(const std::string& given, const std::string& source_dir);
+/// The build folder of the running program (<build>/bin/<program>).
+std::string this_build_dir();
 
 /// A stable description of this machine: host name, CPU model, usable cores.
 std::string machine_id();

@@ -3,6 +3,9 @@
 // thresholds. Format reference: docs/instructor-guide.md ("The spec format").
 #pragma once
 
+#include <cstdint>
+#include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,23 +29,42 @@ struct RunSpec {
   bool save_model = false;        ///< rank 0 saves the final model for the grader to evaluate
 };
 
-/// One scored check. Fields besides the common ones live in `params` (kind-specific; each check
-/// plug-in validates its own and names the spec file and check on a bad value).
+/// Thrown when a check reads a parameter its kind does not declare: a bug in the grader.
+class UndeclaredParameter : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+/// One scored check. Its kind-specific parameters live in `params`, validated against the kind's
+/// descriptor (checks.h) with every default filled in, and are read with the typed accessors.
 struct CheckSpec {
+  std::string id;         ///< stable, snake_case, unique in the lab: calibration and --check use it
   std::string kind;       ///< plug-in name: unit_tests, run_ok, phases, consistency, coverage, ...
-  std::string name;       ///< shown to students
+  std::string name;       ///< shown to students (may be reworded; `id` stays)
   std::string exercise;   ///< the exercise it grades ("" = the whole lab)
   double points = 0;
   Visibility visibility = Visibility::kVisible;
   std::vector<std::string> runs;  ///< names of the runs it reads (`run` or `runs` in TOML)
-  std::string diagnosis;  ///< the likely cause shown when it fails (plug-ins have defaults)
-  nlohmann::json params;  ///< every other key of the [[check]] table
+  std::string diagnosis;  ///< the likely cause shown when it fails (the kind's default if not given)
+  bool diagnosis_given = false;  ///< `diagnosis` was written in the spec, not taken from the kind
+  nlohmann::json params = nlohmann::json::object();  ///< every other key of the [[check]] table
+  std::map<std::string, int> param_lines;  ///< line of each parameter the spec wrote
   int line = 0;           ///< line of the [[check]] in the spec, for error messages
+
+  // Typed reads of declared parameters (UndeclaredParameter for any other).
+  double number(const std::string& key) const;
+  int64_t integer(const std::string& key) const;
+  bool flag(const std::string& key) const;
+  std::string text(const std::string& key) const;
+  std::vector<std::string> texts(const std::string& key) const;
 };
 
+/// A lab's spec. For labs/<folder>/grade.toml, `id`, `folder` and `program` are the folder's name,
+/// `manifest` the files in solutions/<folder>/ and `exercises` the ids of their STUDENT CODE
+/// regions; a spec elsewhere (the grader's self-tests) declares them in [lab].
 struct LabSpec {
   std::string path;       ///< the spec file
-  std::string id;         ///< "lab01"
+  std::string id;         ///< "lab01_baseline": the folder's name
   std::string title;
   std::string folder;     ///< "lab01_baseline": labs/<folder>, solutions/<folder>
   std::string program;    ///< CMake target of the lab program
@@ -59,13 +81,18 @@ struct LabSpec {
 };
 
 /// Parses and validates a spec; throws ddplab::ConfigError "file:line: ..." on any problem
-/// (unknown keys, missing fields, a check naming an unknown run, duplicate names, bad values).
+/// (unknown keys, missing fields, a check naming an unknown run, duplicate ids or names, bad
+/// values, a check parameter its kind does not declare or of the wrong type, a lab folder whose
+/// skeleton and solution do not hold the same files).
 LabSpec load_spec(const std::string& path);
 
+/// The spec files of the kit: labs/*/grade.toml, sorted.
+std::vector<std::string> spec_paths(const std::string& source_root);
 /// The specs of every lab in the kit (labs/*/grade.toml), sorted by id.
 std::vector<LabSpec> load_all_specs(const std::string& source_root);
 
-/// Finds a lab by id ("lab02", "02", "2") or folder name; throws ConfigError listing the labs.
+/// Finds a lab by id ("lab03_sampler"), by an unambiguous prefix ("lab03", "03", "3") or by the
+/// path of a grade.toml; throws ConfigError listing the labs.
 LabSpec find_spec(const std::string& source_root, const std::string& lab);
 
 }  // namespace ddplab::grader

@@ -1,0 +1,268 @@
+// The helpers every check kind shares (check_util.h). The only check source that includes
+// LibTorch: the saved model's evaluation and the runtime's sample digests live here.
+#include "check_util.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <torch/torch.h>
+
+#include "ddplab/data/shard.h"
+#include "ddplab/deepfm.h"
+#include "ddplab/evaluate.h"
+#include "ddplab/report.h"
+
+namespace fs = std::filesystem;
+
+namespace ddplab::grader::checks {
+namespace {
+
+/// The first line of an error message (c10 appends a C++ backtrace).
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+uint64_t parse_hex(const std::string& s, const std::string& what) {
+  try {
+    size_t used = 0;
+    const uint64_t v = std::stoull(s, &used, 16);
+    if (used == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw Error(fmt::format("{}: '{}' is not a hex digest", what, s));
+}
+
+}  // namespace
+
+std::string where(const GradeContext& ctx, const CheckSpec& c) { return fmt::format("{}:{} ({})", ctx.spec.path, c.line, c.name); }
+
+void fail(CheckResult& r, std::string observed, std::string diagnosis, std::string details) {
+  r.status = Status::kFailed;
+  r.observed = std::move(observed);
+  r.diagnosis = std::move(diagnosis);
+  if (!details.empty()) r.details = std::move(details);
+}
+
+void pass(CheckResult& r, std::string observed) {
+  r.status = Status::kPassed;
+  r.observed = std::move(observed);
+  r.diagnosis.clear();
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+std::string stall_line(const std::string& log) {
+  std::istringstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto at = line.find("did not complete within");
+    if (at != std::string::npos) {
+      const auto end = line.find(" Backend:");
+      std::string s = line.substr(0, end);
+      const auto rank = s.find("rank ", s.find(']') == std::string::npos ? 0 : s.rfind(']') + 1);
+      return rank == std::string::npos ? s : s.substr(rank);
+    }
+  }
+  return "";
+}
+
+bool runs_usable(const CheckSpec& c, GradeContext& ctx, CheckResult& r, bool need_ok) {
+  for (const auto& name : c.runs) {
+    const auto it = ctx.runs.find(name);
+    if (it == ctx.runs.end()) {
+      r.status = Status::kError;
+      r.observed = fmt::format("run '{}' was not made", name);
+      return false;
+    }
+    const RunOutcome& run = it->second;
+    if (!c.exercise.empty() &&
+        std::find(run.not_attempted.begin(), run.not_attempted.end(), c.exercise) != run.not_attempted.end()) {
+      r.status = Status::kNotAttempted;
+      r.observed = fmt::format("exercise {} not attempted", c.exercise);
+      r.diagnosis = fmt::format("exercise {} still throws NotImplemented: implement its STUDENT CODE region", c.exercise);
+      return false;
+    }
+    if (run.timed_out) {
+      const std::string stall = stall_line(run.log_tail);
+      fail(r, fmt::format("run '{}' ({} ranks) timed out: {}", name, run.ranks, run.summary),
+           stall.empty() ? "the program hangs or loops: a rank waits in a collective its peers never enter, or a loop never ends"
+                         : "a collective did not complete: " + stall,
+           run.log_tail);
+      return false;
+    }
+    if (run.exit_code == kExitNotAttempted) {
+      if (need_ok || c.exercise.empty()) {
+        r.status = Status::kNotAttempted;
+        r.observed = fmt::format("run '{}' stopped at exercise(s) not attempted: {}", name, join(run.not_attempted));
+        r.diagnosis = "implement the exercises listed";
+        return false;
+      }
+    } else if (run.exit_code != 0) {
+      std::string cause = run.summary;
+      for (size_t k = 0; k < run.rank.size(); ++k) {
+        const auto& rep = run.rank[k].report;
+        if (rep && rep->is_object() && rep->value("status", "") == "error") {
+          cause = fmt::format("rank {}: {}", k, first_line(rep->value("message", "error")));
+          break;
+        }
+      }
+      std::string diagnosis = "the program failed: see the log below";
+      const std::string& log = run.log_tail;
+      if (log.find("bad_alloc") != std::string::npos || log.find("can't allocate memory") != std::string::npos ||
+          log.find("Cannot allocate memory") != std::string::npos) {
+        diagnosis = fmt::format("ran out of memory (the grader allows {:.0f} MiB per rank)", ctx.spec.memory_limit_mb);
+      } else if (!stall_line(log).empty()) {
+        diagnosis = "a collective timed out (a rank skipped it or called a different one): " + stall_line(log);
+        cause = "a collective timed out";
+      } else if (run.summary.find("SIG") != std::string::npos) {
+        diagnosis = "a rank crashed: an out-of-bounds access, a null or undefined tensor, or an uncaught signal";
+      }
+      fail(r, fmt::format("run '{}' failed: {}", name, cause), diagnosis, run.log_tail);
+      return false;
+    }
+    if (run.rank.empty()) {
+      fail(r, fmt::format("run '{}': no rank's outcome was recorded", name), "the run did not start", run.log_tail);
+      return false;
+    }
+    for (size_t k = 0; k < run.rank.size(); ++k) {
+      if (!run.rank[k].report) {
+        fail(r, fmt::format("run '{}': {}", name, run.rank[k].report_error),
+             "the run report is missing or malformed: the program must end through the lab's driver", run.log_tail);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+const RunOutcome& the_run(const CheckSpec& c, const GradeContext& ctx, size_t i) { return ctx.runs.at(c.runs.at(i)); }
+
+std::vector<json> reports(const RunOutcome& run) {
+  std::vector<json> out;
+  for (const auto& r : run.rank) out.push_back(*r.report);
+  return out;
+}
+
+const json& field_node(const json& rep, const std::string& path, int rank) {
+  const json* j = &rep;
+  std::istringstream in(path);
+  std::string key;
+  while (std::getline(in, key, '.')) {
+    if (j->is_array()) {
+      const bool digits = !key.empty() && std::all_of(key.begin(), key.end(), ::isdigit);
+      if (!digits || std::stoul(key) >= j->size()) throw Error(fmt::format("rank {}'s report has no {}", rank, path));
+      j = &(*j)[std::stoul(key)];
+    } else if (j->is_object()) {
+      const auto it = j->find(key);
+      if (it == j->end()) throw Error(fmt::format("rank {}'s report has no {}", rank, path));
+      j = &*it;
+    } else {
+      throw Error(fmt::format("rank {}'s report has no {}", rank, path));
+    }
+  }
+  return *j;
+}
+
+uint64_t train_size(const GradeContext& ctx, const std::string& run_name) {
+  const auto& args = ctx.runs.at(run_name).args;
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--train-samples") return std::stoull(args[i + 1]);
+  }
+  return data::read_metadata(ctx.options.data_dir).train_count;
+}
+
+uint64_t eval_count(int64_t eval_samples, const GradeContext& ctx) {
+  const uint64_t all = data::read_metadata(ctx.options.data_dir).test_count;
+  return eval_samples > 0 ? std::min(all, static_cast<uint64_t>(eval_samples)) : all;
+}
+
+ModelScore evaluate_saved(const std::string& path, const GradeContext& ctx, uint64_t count) {
+  if (path.empty() || !fs::exists(path)) throw Error("the run saved no model (rank 0 must write --save-model)");
+  DeepFM model;
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    model->load(archive);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("the saved model {} cannot be loaded as the course's DeepFM: {}", path, e.what()));
+  }
+  const data::Dataset test(ctx.options.data_dir, data::Split::kTest);
+  torch::NoGradGuard ng;
+  const auto e = evaluate_model(model, test, std::min<uint64_t>(count, test.size()), 4096, torch::kCPU);
+  return {e.auc, e.samples};
+}
+
+std::pair<double, std::string> reference_figure(const CheckSpec& c, const GradeContext& ctx) {
+  if (auto v = ctx.calibration.get(ctx.spec.id, c.id)) return {*v, "the reference solution on this machine"};
+  const auto it = c.params.find("reference");
+  if (it == c.params.end() || !it->is_number()) {
+    throw ConfigError(fmt::format("{}: no calibration on this machine and no 'reference' value in the spec", where(ctx, c)));
+  }
+  return {it->get<double>(), "the spec's reference value (uncalibrated machine)"};
+}
+
+std::vector<EpochView> epochs_of(const std::vector<json>& reps) {
+  size_t n_epochs = SIZE_MAX;
+  for (size_t k = 0; k < reps.size(); ++k) {
+    const json& epochs = reps[k].is_object() && reps[k].contains("epochs") ? reps[k]["epochs"] : json::array();
+    if (!epochs.is_array()) throw Error(fmt::format("rank {}'s report: epochs has the wrong type", k));
+    n_epochs = std::min(n_epochs, epochs.size());
+  }
+  std::vector<EpochView> out(n_epochs == SIZE_MAX ? 0 : n_epochs);
+  for (size_t e = 0; e < out.size(); ++e) {
+    for (size_t k = 0; k < reps.size(); ++k) {
+      const int rank = static_cast<int>(k);
+      const std::string base = fmt::format("epochs.{}.", e);
+      out[e].set.push_back(parse_hex(field<std::string>(reps[k], base + "set_digest", rank), base + "set_digest"));
+      out[e].order.push_back(parse_hex(field<std::string>(reps[k], base + "order_digest", rank), base + "order_digest"));
+      out[e].samples.push_back(field<uint64_t>(reps[k], base + "samples", rank));
+      out[e].steps.push_back(field<uint64_t>(reps[k], base + "steps", rank));
+    }
+  }
+  return out;
+}
+
+uint64_t range_digest(uint64_t n) { return SampleLedger::range_set_digest(0, n); }
+uint64_t index_digest(uint64_t index) { return SampleLedger::hash(index); }
+
+double unique_rate(const RunOutcome& run, uint64_t n) {
+  const auto reps = reports(run);
+  const auto epochs = epochs_of(reps);
+  double wall = 0;
+  for (size_t k = 0; k < reps.size(); ++k) wall = std::max(wall, field<double>(reps[k], "phases.wall", static_cast<int>(k)));
+  uint64_t unique = 0;
+  const uint64_t full = range_digest(n);
+  for (const auto& ep : epochs) {
+    uint64_t digest = 0, samples = 0, max_one = 0;
+    bool replicated = true;
+    for (size_t k = 0; k < ep.set.size(); ++k) {
+      digest += ep.set[k], samples += ep.samples[k], max_one = std::max(max_one, ep.samples[k]);
+      replicated = replicated && ep.set[k] == ep.set[0];
+    }
+    if (digest == full) {
+      unique += n;
+    } else if (replicated) {
+      unique += max_one;  // every rank saw the same samples: one copy is unique
+    } else {
+      unique += std::min<uint64_t>(samples, n);
+    }
+  }
+  return wall > 0 ? static_cast<double>(unique) / wall : 0;
+}
+
+}  // namespace ddplab::grader::checks
+
+namespace ddplab::grader::checks {
+
+std::string runs_save_models(const CheckSpec& c, const LabSpec& lab) {
+  for (const auto& name : c.runs) {
+    if (!lab.run(name).save_model) {
+      return fmt::format("run '{}' must save its model for the grader to evaluate (save_model = true)", name);
+    }
+  }
+  return "";
+}
+
+}  // namespace ddplab::grader::checks

@@ -1,0 +1,100 @@
+// What every check kind shares: judging whether the runs it reads are usable (and why not),
+// reading report fields, the per-epoch sample digests, the grader's own evaluation of a saved
+// model, calibrated reference figures, and setting the result. Free of LibTorch headers, so the
+// kind files compile without the precompiled header.
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ddplab/error.h"
+#include "ddplab/grader/checks.h"
+
+namespace ddplab::grader::checks {
+
+using nlohmann::json;
+
+/// "grade.toml:52 (check name)", for ConfigErrors raised while grading.
+std::string where(const GradeContext& ctx, const CheckSpec& c);
+
+void fail(CheckResult& r, std::string observed, std::string diagnosis, std::string details = "");
+void pass(CheckResult& r, std::string observed);
+std::string join(const std::vector<std::string>& v, const char* sep = ", ");
+
+/// The runtime's stall diagnosis (dist/process_group.h) a rank printed when a collective timed
+/// out ("rank 0 ... allreduce #12 ... did not complete within ..."), or "".
+std::string stall_line(const std::string& log);
+
+/// Checks that the runs a check reads completed well enough to be judged, and explains why not
+/// (sets r). `need_ok`: the check needs a complete run (no exercise may be missing).
+bool runs_usable(const CheckSpec& c, GradeContext& ctx, CheckResult& r, bool need_ok = false);
+
+/// The i-th run the check reads.
+const RunOutcome& the_run(const CheckSpec& c, const GradeContext& ctx, size_t i = 0);
+/// The ranks' reports of a usable run.
+std::vector<json> reports(const RunOutcome& run);
+
+/// A report field the grader needs ("phases.wall", "epochs.0.samples"); a missing or mistyped one
+/// throws Error (the check then fails: the outputs are malformed).
+const json& field_node(const json& rep, const std::string& path, int rank);
+template <typename T>
+T field(const json& rep, const std::string& path, int rank) {
+  const json& j = field_node(rep, path, rank);
+  try {
+    return j.get<T>();
+  } catch (const std::exception&) {
+    throw Error(fmt::format("rank {}'s report: {} has the wrong type", rank, path));
+  }
+}
+
+/// Training samples of a run: its --train-samples if given, else the data set's.
+uint64_t train_size(const GradeContext& ctx, const std::string& run_name);
+/// Test samples to evaluate on: `eval_samples` (0: all) capped to the data set's.
+uint64_t eval_count(int64_t eval_samples, const GradeContext& ctx);
+
+/// The grader's own test metrics of a saved model (never the report's).
+struct ModelScore {
+  double auc = 0;
+  uint64_t samples = 0;
+};
+/// Loads `path` as the course's DeepFM and evaluates it on `count` test samples; throws Error if
+/// the run saved no model or it cannot be loaded.
+ModelScore evaluate_saved(const std::string& path, const GradeContext& ctx, uint64_t count);
+
+/// A figure relative to the reference: calibrated on this machine if available (keyed by the
+/// check's id), else the spec's `reference` parameter; with where it came from.
+std::pair<double, std::string> reference_figure(const CheckSpec& c, const GradeContext& ctx);
+
+/// One epoch of a run as the ranks' reports give it: per rank, the sample-set digest, the order
+/// digest, the samples and the steps.
+struct EpochView {
+  std::vector<uint64_t> set, order, samples, steps;
+};
+/// The epochs every rank completed.
+std::vector<EpochView> epochs_of(const std::vector<json>& reps);
+/// The set digest of [0, n), and of one index, as the ranks' ledgers compute them.
+uint64_t range_digest(uint64_t n);
+uint64_t index_digest(uint64_t index);
+
+/// Unique samples per second of a run of `n` training samples: the distinct samples the ranks saw
+/// (from the digests, so a run without a sampler counts one copy) over the slowest rank's time.
+double unique_rate(const RunOutcome& run, uint64_t n);
+
+}  // namespace ddplab::grader::checks
+
+namespace ddplab::grader::checks {
+
+// The descriptors, each defined at the end of its kind's file and listed in registry.cpp.
+extern const CheckKind kUnitTests, kRunOk, kPhases, kUtilization, kAuc, kConsistency, kCoverage, kParity, kScaling,
+    kCommBudget, kOutput;
+
+/// A rule for CheckKind::rules: every run the check reads saves its model (save_model = true).
+std::string runs_save_models(const CheckSpec& c, const LabSpec& lab);
+
+}  // namespace ddplab::grader::checks

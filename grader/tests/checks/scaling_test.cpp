@@ -1,0 +1,77 @@
+// Check kind scaling: unique samples per second from 1 to N ranks against the reference
+// efficiency, calibrated by check id or the spec's.
+#include "check_fixture.h"
+
+namespace ddplab::grader::testing {
+namespace {
+
+std::vector<uint64_t> range(uint64_t from, uint64_t to, uint64_t step = 1) {
+  std::vector<uint64_t> v;
+  for (uint64_t i = from; i < to; i += step) v.push_back(i);
+  return v;
+}
+
+json timed(const std::vector<uint64_t>& idx, double wall) {
+  auto rep = good_report();
+  rep["epochs"] = {epoch_of(idx, 1)};
+  rep["phases"]["wall"] = wall;
+  return rep;
+}
+
+class ScalingCheck : public CheckTest {
+ protected:
+  void SetUp() override {
+    CheckTest::SetUp();
+    load(R"([[run]]
+name = "one"
+
+[[run]]
+name = "two"
+ranks = 2
+
+[[check]]
+id = "scales"
+kind = "scaling"
+name = "scales"
+runs = ["one", "two"]
+reference = 0.9
+min_relative = 0.8
+)");
+    add_run("one", {timed(range(0, 1000), 10.0)});
+  }
+};
+
+TEST_F(ScalingCheck, HalfTheTimeOnTwoRanksScales) {
+  add_run("two", {timed(range(0, 1000, 2), 5.0), timed(range(1, 1000, 2), 5.0)});
+  const auto r = grade("scales");
+  EXPECT_TRUE(has(r, Status::kPassed));
+  EXPECT_DOUBLE_EQ(*r.figure, 1.0);
+}
+
+TEST_F(ScalingCheck, RanksRepeatingEachOthersWorkDoNotScale) {
+  add_run("two", {timed(range(0, 1000), 10.0), timed(range(0, 1000), 10.0)});  // no sampler: one copy unique
+  const auto r = grade("scales");
+  EXPECT_TRUE(has(r, Status::kFailed, "ranks repeating each other's work"));
+  EXPECT_DOUBLE_EQ(*r.figure, 0.5);
+  calibration_.values["lab09_x/scales"] = 0.7;  // a slow machine's reference, by check id
+  EXPECT_TRUE(has(grade("scales"), Status::kFailed));
+  calibration_.values["lab09_x/scales"] = 0.6;
+  EXPECT_TRUE(has(grade("scales"), Status::kPassed));
+}
+
+TEST_F(ScalingCheck, AMissingWallTimeIsMalformed) {
+  auto rep = timed(range(0, 1000, 2), 5.0);
+  rep["phases"].erase("wall");
+  add_run("two", {rep, rep});
+  EXPECT_TRUE(has(grade("scales"), Status::kFailed, "outputs are missing or malformed"));
+}
+
+TEST_F(ScalingCheck, TheFirstRunHasOneRank) {
+  EXPECT_NE(load_error("[[run]]\nname = \"a\"\nranks = 2\n\n[[run]]\nname = \"b\"\nranks = 2\n\n[[check]]\nid = \"t\"\n"
+                       "kind = \"scaling\"\nname = \"n\"\nruns = [\"a\", \"b\"]\n")
+                .find("the first run, 'a', must have 1 rank"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddplab::grader::testing
