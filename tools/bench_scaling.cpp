@@ -33,6 +33,7 @@
 #include "ddplab/report.h"
 #include "ddplab/system.h"
 #include "ddplab/timer.h"
+#include "ddplab/train.h"
 
 namespace fs = std::filesystem;
 
@@ -75,25 +76,7 @@ int run_worker(const WorkerOptions& o) {
   StepTimer timer;
   auto step = [&](const data::Batch& b) {
     timer.begin_step();
-    opt.zero_grad();
-    torch::Tensor loss;
-    {
-      auto s = timer.scope(Phase::kForward);
-      loss = torch::binary_cross_entropy_with_logits(model->forward(b.dense, b.rows), b.labels);
-    }
-    if (sync) sync->before_backward();
-    {
-      auto s = timer.scope(Phase::kBackward);
-      loss.backward();
-    }
-    if (sync) {
-      auto s = timer.scope(Phase::kComm);
-      sync->finish();
-    }
-    {
-      auto s = timer.scope(Phase::kOptimizer);
-      opt.step();
-    }
+    train_step(model, opt, b, timer, sync.get());  // compute only: sync is null
     timer.end_step();
   };
   for (int64_t i = 0; i < o.warmup; ++i) step(batches[static_cast<size_t>(i) % batches.size()]);

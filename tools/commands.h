@@ -7,9 +7,11 @@ namespace ddplab::tools {
 
 void setup_data(CLI::App& app);    // data gen | verify | stats
 void setup_doctor(CLI::App& app);  // doctor
-void setup_bench(CLI::App& app);   // bench train
+void setup_bench(CLI::App& app);   // bench train | allreduce | scaling | grade
 void setup_launch(CLI::App& app);  // launch -n N -- PROGRAM ARGS
 void setup_grade(CLI::App& app);   // grade LAB... | --all [--submission P | --batch DIR]
+/// Registers `bench train` under the `bench` subcommand (tools/bench_train.cpp).
+void setup_bench_train(CLI::App& bench);
 /// Registers `bench allreduce` under the `bench` subcommand (tools/bench_allreduce.cpp).
 void setup_bench_allreduce(CLI::App& bench);
 /// Registers `bench scaling` (and its hidden per-rank worker) under `bench` (tools/bench_scaling.cpp).

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "ddplab/data/loader.h"
 #include "ddplab/metrics.h"
 
 namespace ddplab {

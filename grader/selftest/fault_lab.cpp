@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ddplab/dist/process_group.h"
-#include "ddplab/train.h"
+#include "ddplab/lab.h"
 
 namespace {
 
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   ddplab::LabProgram program;
   program.name = "fault_lab";
   program.description = "A lab program that fails on purpose (grader self-tests)";
-  program.add_flags = [&](CLI::App& app) { app.add_option("--fault", mode, "crash, hang, deadlock, oom or ok"); };
+  program.add_flags = [&](ddplab::LabFlags& f) { f.option("--fault", mode, "crash, hang, deadlock, oom or ok"); };
   program.body = [&](ddplab::LabRun& run) {
     if (mode == "crash" && run.rank() == run.world_size() - 1) std::raise(SIGSEGV);
     if (mode == "hang") hang();

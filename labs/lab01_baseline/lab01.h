@@ -9,8 +9,8 @@
 #include "ddplab/data/loader.h"
 #include "ddplab/data/shard.h"
 #include "ddplab/deepfm.h"
+#include "ddplab/evaluate.h"
 #include "ddplab/timer.h"
-#include "ddplab/train.h"
 
 namespace lab01 {
 

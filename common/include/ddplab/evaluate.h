@@ -8,9 +8,15 @@
 
 #include "ddplab/data/shard.h"
 #include "ddplab/deepfm.h"
-#include "ddplab/train.h"
 
 namespace ddplab {
+
+/// Test-set quality of a model (definitions: docs/concepts/metrics.md).
+struct EvalResult {
+  double auc = 0.0;
+  double logloss = 0.0;
+  uint64_t samples = 0;
+};
 
 /// Exact AUC and log-loss of `model` over the first `count` samples of `ds`, in batches, without
 /// gradients and in eval mode (training mode is restored).

@@ -130,17 +130,17 @@ void GradSync::finish() {
   last_.wait_seconds = now.total_seconds() - start_.total_seconds();
 }
 
-namespace {
-
-// ---------------------------------------------------------------------------------------------
-// per-param: the slow, obviously correct reference. One blocking collective per tensor, so a
-// model with many small tensors pays the per-collective latency many times.
-
 std::vector<Bucket> one_bucket_per_param(const std::vector<torch::Tensor>& params) {
   std::vector<Bucket> buckets;
   for (size_t i = 0; i < params.size(); ++i) buckets.push_back(Bucket{{i}, params[i].numel(), nbytes(params[i])});
   return buckets;
 }
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// per-param: the slow, obviously correct reference. One blocking collective per tensor, so a
+// model with many small tensors pays the per-collective latency many times.
 
 class PerParamSync final : public GradSync {
  public:

@@ -55,6 +55,10 @@ struct Bucket {
 /// parameter larger than the cap gets a bucket of its own. Throws ConfigError for caps below 1.
 std::vector<Bucket> assign_buckets(const std::vector<torch::Tensor>& params, const BucketOptions& opts = {});
 
+/// One bucket per parameter, in parameter order: the per-param layout (kPerParam, and a GradSync
+/// subclass whose reduce() handles one tensor at a time).
+std::vector<Bucket> one_bucket_per_param(const std::vector<torch::Tensor>& params);
+
 /// Communication of the last synced step (from before_backward() to the end of finish()), read
 /// from the communicator's counters. Zero after an accumulation step inside no_sync().
 struct SyncStepStats {

@@ -28,14 +28,23 @@ Batch make_batch(const Dataset& ds, const uint64_t* order, size_t count, bool pi
 /// indices are first_index, first_index + 1, ...
 Batch make_batch(const Sample* samples, size_t count, uint64_t first_index);
 
+/// Where a training loop gets its batches: the plain loader below, or a prefetching one that
+/// assembles batches ahead of the step (lab 08). The run times each next() as the step's data wait.
+class Loader {
+ public:
+  virtual ~Loader() = default;
+  /// Fills `out` with the next batch (on the loader's device); false at the end of the pass.
+  virtual bool next(Batch& out) = 0;
+};
+
 /// Iterates `order` in consecutive batches of `batch_size`; the last batch may be smaller unless
-/// drop_last is set.
-class BatchLoader {
+/// drop_last is set. Assembles each batch when it is asked for (no prefetching).
+class BatchLoader final : public Loader {
  public:
   BatchLoader(const Dataset& ds, std::vector<uint64_t> order, int64_t batch_size,
               torch::Device device = torch::kCPU, bool drop_last = false);
   /// Fills `out` with the next batch (moved to the device); false at the end of the order.
-  bool next(Batch& out);
+  bool next(Batch& out) override;
   /// Number of batches in one pass.
   int64_t num_batches() const;
   const std::vector<uint64_t>& order() const noexcept { return order_; }

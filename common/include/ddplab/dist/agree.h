@@ -1,0 +1,35 @@
+// Agreement across ranks: gather a few numbers from every rank, and say which ranks differ from
+// rank 0. Drivers use it to prove, as a printed fact, that every rank holds the same parameters
+// or the same number of samples, and to name the ranks that do not.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "ddplab/dist/communicator.h"
+
+namespace ddplab::dist {
+
+/// Every rank's `mine`, in rank order. Collective: every rank calls it with the same length.
+std::vector<std::vector<uint64_t>> allgather_u64(Communicator& comm, const std::vector<uint64_t>& mine);
+
+/// One value per rank, and which ranks disagree with rank 0.
+struct Agreement {
+  std::vector<uint64_t> values;  ///< by rank
+  std::vector<int> differ;       ///< ranks whose value is not rank 0's (empty: all agree)
+  bool same() const noexcept { return differ.empty(); }
+  /// "identical on all 4 rank(s)" or "DIFFERENT: ranks 1, 3 differ from rank 0".
+  std::string describe() const;
+};
+
+/// Gathers `value` from every rank and compares it with rank 0's. Collective.
+Agreement compare_across_ranks(Communicator& comm, uint64_t value);
+
+/// Whether every rank holds bit-identical parameters and buffers (their parameter_digest()s
+/// agree). Collective. `digest`, if given, receives this rank's digest (16 hex digits).
+Agreement compare_parameters(Communicator& comm, const torch::nn::Module& model, std::string* digest = nullptr);
+
+}  // namespace ddplab::dist

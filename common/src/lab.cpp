@@ -1,0 +1,311 @@
+// Shared lab scaffolding: set-up, the lab's own flags, joining the job, the epoch loop's
+// bookkeeping, and the end-of-run summary and report.
+#include "ddplab/lab.h"
+
+#include <cctype>
+#include <cmath>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "ddplab/data/error.h"
+#include "ddplab/deepfm.h"
+#include "ddplab/log.h"
+#include "ddplab/memory.h"
+#include "ddplab/system.h"
+
+namespace ddplab {
+
+// ---- LabFlags ----
+
+namespace {
+/// "--no-shuffle,-x" -> "no-shuffle": the first long name, without dashes.
+std::string long_name(const std::string& name) {
+  std::string first = name.substr(0, name.find(','));
+  while (!first.empty() && first.front() == '-') first.erase(0, 1);
+  DDPLAB_CHECK(!first.empty(), fmt::format("lab flag '{}' has no long name", name));
+  return first;
+}
+}  // namespace
+
+std::string LabFlags::env_name(const std::string& name) {
+  std::string env = "DDPLAB_";
+  for (char c : long_name(name)) env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return env;
+}
+
+std::string LabFlags::config_key(const std::string& name) {
+  std::string key = long_name(name);
+  for (char& c : key) c = c == '-' ? '_' : c;
+  return key;
+}
+
+CLI::Option* LabFlags::flag(const std::string& name, bool& value, const std::string& help) {
+  CLI::Option* o = app_.add_flag(name, value, help)->envname(env_name(name));
+  record(name, [&value] { return nlohmann::json(value); });
+  return o;
+}
+
+void LabFlags::record(const std::string& name, std::function<nlohmann::json()> get) {
+  values_.emplace_back(config_key(name), std::move(get));
+}
+
+nlohmann::json LabFlags::values() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [key, get] : values_) j[key] = get();
+  return j;
+}
+
+// ---- LabRun: set-up ----
+
+LabRun::LabRun(std::string lab, LabOptions opts, nlohmann::json lab_flags)
+    : lab_(std::move(lab)), opts_(std::move(opts)), env_(dist::detect_environment()),
+      report_(lab_, env_.rank, env_.world_size) {
+  validate(opts_);
+  if (env_.distributed()) set_process_rank(env_.rank);
+  log::set_level(log::parse_level(opts_.log_level));
+  sys::configure_threads(opts_.threads);
+  sys::tune_allocator();
+  device_ = sys::parse_device(opts_.device);
+  // One GPU per rank on a node: NCCL refuses two ranks of a communicator on one device.
+  if (device_.is_cuda() && !device_.has_index()) device_ = torch::Device(torch::kCUDA, static_cast<int8_t>(env_.local_rank));
+  torch::manual_seed(opts_.seed + (opts_.same_init ? 0 : static_cast<uint64_t>(env_.rank)));
+  if (device_.is_cuda()) timer_.set_synchronizer([] { torch::cuda::synchronize(); });
+
+  train_ = std::make_unique<data::Dataset>(opts_.data, data::Split::kTrain);
+  test_ = std::make_unique<data::Dataset>(opts_.data, data::Split::kTest);
+  train_size_ = train_->size();
+  if (opts_.train_samples > 0) {
+    if (opts_.train_samples > train_->size()) {
+      throw ConfigError(fmt::format("--train-samples {}: the training split of {} holds only {} samples",
+                                    opts_.train_samples, opts_.data, train_->size()));
+    }
+    train_size_ = opts_.train_samples;
+  }
+  eval_size_ = test_->size();
+  if (opts_.eval_samples > 0) {
+    if (opts_.eval_samples > test_->size()) {
+      throw ConfigError(fmt::format("--eval-samples {}: the test split of {} holds only {} samples",
+                                    opts_.eval_samples, opts_.data, test_->size()));
+    }
+    eval_size_ = opts_.eval_samples;
+  }
+
+  nlohmann::json cfg = opts_.to_json();
+  cfg.update(lab_flags);  // the lab's own flags, next to the shared ones
+  cfg["global_batch"] = global_batch();
+  cfg["effective_lr"] = lr();
+  cfg["train_size"] = train_size_;
+  cfg["eval_size"] = eval_size_;
+  cfg["data_seed"] = train_->metadata().seed;
+  cfg["launcher"] = env_.source;
+  cfg["local_rank"] = env_.local_rank;
+  report_.set_config(cfg);
+  report_.set_device(device_.str(), opts_.threads);
+  log::info0("{}: {} training and {} test samples from {}, batch {} x {} rank(s), lr {:.3g}, device {}, {} thread(s)",
+             lab_, train_size_, eval_size_, opts_.data, opts_.batch, env_.world_size, lr(), device_.str(), opts_.threads);
+  if (env_.distributed()) log::info("{}", env_.describe());
+}
+
+LabRun::~LabRun() = default;
+
+int64_t LabRun::steps_per_epoch(uint64_t samples) const {
+  return (static_cast<int64_t>(samples) + opts_.batch - 1) / opts_.batch;
+}
+
+// ---- LabRun: joining the job ----
+
+dist::ProcessGroupOptions LabRun::group_options() const {
+  dist::ProcessGroupOptions po;
+  po.timeout = std::chrono::milliseconds(static_cast<int64_t>(opts_.comm_timeout * 1000));
+  return po;
+}
+
+std::shared_ptr<dist::ProcessGroup> LabRun::join() { return join(env_); }
+
+std::shared_ptr<dist::ProcessGroup> LabRun::join(const dist::Environment& env) {
+  std::shared_ptr<dist::ProcessGroup> pg = dist::ProcessGroup::join(env, device_, group_options());
+  comm_ = pg;
+  return pg;
+}
+
+// ---- LabRun: the training loop ----
+
+void LabRun::start_training(std::shared_ptr<torch::nn::Module> model, int64_t steps_per_epoch) {
+  DDPLAB_CHECK(model != nullptr, "start_training: no model");
+  int64_t total = steps_per_epoch * opts_.epochs;
+  if (opts_.max_steps > 0) total = std::min(total, opts_.max_steps);
+  progress_ = std::make_unique<Progress>(total, opts_.log_every, global_batch());
+  model_ = std::move(model);
+  initial_digest_ = parameter_digest(*model_);
+}
+
+const EpochSummary& LabRun::run_epoch(int64_t epoch, data::Loader& loader, const StepFn& step) {
+  begin_epoch(epoch);
+  data::Batch b;
+  while (next_batch(loader, b)) {
+    double loss = 0.0;
+    try {
+      loss = step(b);
+    } catch (...) {
+      timer_.cancel_step();  // a step that did not finish is not timed
+      throw;
+    }
+    end_step(b, loss);
+  }
+  end_epoch();
+  return last_epoch_;
+}
+
+void LabRun::begin_epoch(int64_t epoch) {
+  epoch_ = EpochSummary{};
+  epoch_.epoch = epoch;
+  epoch_start_ = StepTimer::Clock::now();
+}
+
+bool LabRun::next_batch(data::Loader& loader, data::Batch& batch) {
+  if (opts_.max_steps > 0 && step_ >= opts_.max_steps) return false;
+  timer_.begin_step();
+  bool got = false;
+  {
+    auto scope = timer_.scope(Phase::kDataWait);
+    got = loader.next(batch);
+  }
+  if (!got) timer_.cancel_step();
+  return got;
+}
+
+void LabRun::end_step(const data::Batch& batch, double loss) {
+  timer_.end_step();
+  epoch_.samples.add(batch.indices);
+  processed_ += static_cast<uint64_t>(batch.size());
+  report_.add_step(epoch_.epoch, loss);
+  if (!std::isfinite(loss)) log::warn("step {}: loss is {}", step_, loss);
+  if (progress_) progress_->update(step_, loss);
+  ++step_;
+  ++epoch_.steps;
+}
+
+void LabRun::end_epoch() {
+  epoch_.seconds = seconds_since(epoch_start_);
+  report_.add_epoch(epoch_.epoch, epoch_.steps, epoch_.samples, epoch_.seconds);
+  log::info0("epoch {} done: {} steps, {} samples in {:.1f} s", epoch_.epoch, epoch_.steps, epoch_.samples.count(),
+             epoch_.seconds);
+  last_epoch_ = epoch_;
+}
+
+// ---- LabRun: the end of the run ----
+
+void LabRun::not_attempted(const NotImplemented& e) {
+  report_.add_not_attempted(e.exercise());
+  log::warn("exercise {} is not implemented yet (not attempted): {}", e.exercise(), e.message());
+}
+
+void LabRun::set_eval(const EvalResult& r) { eval_ = r; }
+
+void LabRun::evaluate_on_rank0(DeepFM& model, dist::Communicator& comm) {
+  if (rank() == 0) set_eval(evaluate_model(model, test(), eval_size(), opts_.batch, device_));
+  comm.barrier();  // no rank finishes (and tears the group down) while rank 0 still evaluates
+}
+
+int LabRun::finish() {
+  // Order matters: the report is complete (parameters, phases, samples, memory, communication)
+  // before it is written, and it is written before the model is saved, so a failed save still
+  // leaves the run's record behind.
+  const torch::nn::Module* model = model_.get();
+  const auto& meta = train_->metadata();
+  if (model != nullptr) {
+    report_.set_params(initial_digest_, parameter_digest(*model), count_parameters(*model));
+  }
+  if (eval_) report_.set_eval(eval_->auc, eval_->logloss, eval_->samples, meta.teacher_test_auc, meta.teacher_test_logloss);
+  report_.set_phases(timer_);
+  // Every rank processed distinct samples only when a sampler shards the data; the run itself
+  // cannot know that, so "unique" is this rank's own distinct count and the grader recomputes
+  // the job's from the epoch digests.
+  report_.set_samples(processed_, processed_);
+  report_.capture_memory();
+  if (comm_ != nullptr) report_.json()["comm"] = comm_->stats().to_json();
+  const bool attempted = report_.not_attempted().empty();
+  report_.set_status(attempted ? "ok" : "not_attempted");
+  const std::string path = opts_.report_path(lab_, env_.rank);
+  report_.write(path);
+
+  if (model != nullptr && !opts_.save_model.empty() && env_.rank == 0) {
+    torch::serialize::OutputArchive archive;
+    model->save(archive);
+    const std::string tmp = opts_.save_model + ".tmp";
+    archive.save_to(tmp);
+    if (std::rename(tmp.c_str(), opts_.save_model.c_str()) != 0) {
+      throw Error(fmt::format("cannot save the model to {}", opts_.save_model));
+    }
+  }
+
+  const double wall = timer_.wall();
+  if (timer_.steps() > 0 && wall > 0) {
+    std::string split;
+    for (int i = 0; i < kNumPhases; ++i) {
+      split += fmt::format("{}{} {:.0f}%", i ? " | " : "", phase_name(static_cast<Phase>(i)),
+                           100.0 * timer_.total(static_cast<Phase>(i)) / wall);
+    }
+    log::info0("{}: {} steps in {:.1f} s, {:.0f} samples/s per rank; {}; peak rss {}", lab_, timer_.steps(), wall,
+               static_cast<double>(processed_) / wall, split, memory::human_bytes(memory::peak_rss_bytes()));
+  }
+  if (eval_) {
+    log::info0("{}: test AUC {:.4f} (teacher {:.4f}, gap {:.4f}) | log-loss {:.4f} (teacher {:.4f}) on {} samples", lab_,
+               eval_->auc, meta.teacher_test_auc, meta.teacher_test_auc - eval_->auc, eval_->logloss,
+               meta.teacher_test_logloss, eval_->samples);
+  }
+  log::info0("{}: report written to {}", lab_, path);
+  if (!attempted) {
+    std::string ids;
+    for (const auto& e : report_.not_attempted()) ids += (ids.empty() ? "" : ", ") + e;
+    log::warn("{}: not attempted yet: exercise(s) {}", lab_, ids);
+    return kExitNotAttempted;
+  }
+  return kExitOk;
+}
+
+void LabRun::fail(const std::string& message) {
+  report_.set_status("error", message);
+  report_.set_phases(timer_);
+  report_.capture_memory();
+  try {
+    report_.write(opts_.report_path(lab_, env_.rank));
+  } catch (const std::exception& e) {
+    log::error("could not write the run report: {}", e.what());
+  }
+}
+
+int run_lab(const LabProgram& program, int argc, char** argv) {
+  CLI::App app{program.description, program.name};
+  LabOptions opts;
+  add_lab_options(app, opts);
+  LabFlags flags(app);
+  if (program.add_flags) program.add_flags(flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  std::unique_ptr<LabRun> run;
+  try {
+    run = std::make_unique<LabRun>(program.name, opts, flags.values());
+    program.body(*run);
+    return run->finish();
+  } catch (const NotImplemented& e) {
+    // The body lets a stub escape only when it cannot go on; record it and still write the report.
+    if (!run) throw;
+    run->not_attempted(e);
+    return run->finish();
+  } catch (const ConfigError& e) {
+    log::error("{}", e.what());
+    if (run) run->fail(e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {  // data::DataError included: both name what and where
+    log::error("{}", e.what());
+    if (run) run->fail(e.what());
+    return kExitError;
+  }
+}
+
+}  // namespace ddplab
