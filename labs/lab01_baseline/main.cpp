@@ -30,11 +30,7 @@ int main(int argc, char** argv) {
       }
     }
 
-    try {
-      run.set_eval(lab01::evaluate(model, run.test(), run.eval_size(), run.batch(), run.device()));
-    } catch (const ddplab::NotImplemented& e) {
-      run.not_attempted(e);
-    }
+    run.attempt([&] { run.set_eval(lab01::evaluate(model, run.test(), run.eval_size(), run.batch(), run.device())); });
   };
   return ddplab::run_lab(program, argc, argv);
 }

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -141,8 +142,12 @@ class LabRun {
   void end_epoch();
 
   // ---- the end of the run ----
-  /// Records an exercise the skeleton has not implemented yet (reported as "not attempted").
+  /// Records an exercise the skeleton has not implemented yet (reported as "not attempted"); an
+  /// exercise is recorded once, however often its stub is reached.
   void not_attempted(const NotImplemented& e);
+  /// Runs `exercise` (code that calls the student's functions). If a stub throws NotImplemented,
+  /// records it and returns false, so the driver can carry on without that exercise.
+  bool attempt(const std::function<void()>& exercise);
   /// Records the evaluation result (compared with the teacher's in the summary and report).
   void set_eval(const EvalResult& r);
   /// Every rank holds the same model: rank 0 evaluates it for the job, the others wait for it.
@@ -170,6 +175,7 @@ class LabRun {
   std::shared_ptr<torch::nn::Module> model_;
   std::string initial_digest_;
   std::optional<EvalResult> eval_;
+  std::set<std::string> missing_;  // exercises recorded as not attempted
 };
 
 /// What a lab program is: its name, one-line description, extra flags, and its body.

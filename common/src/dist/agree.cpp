@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "ddplab/error.h"
 #include "ddplab/report.h"
 
 namespace ddplab::dist {
@@ -39,6 +40,15 @@ Agreement compare_across_ranks(Communicator& comm, uint64_t value) {
     if (a.values[r] != a.values[0]) a.differ.push_back(static_cast<int>(r));
   }
   return a;
+}
+
+void require_same_across_ranks(Communicator& comm, uint64_t value, const std::string& what,
+                               const std::string& consequence) {
+  const Agreement a = compare_across_ranks(comm, value);
+  if (a.same()) return;
+  const int r = a.differ.front();
+  throw Error(fmt::format("{} differ across ranks ({} on rank 0, {} on rank {}): {}", what, a.values[0],
+                          a.values[static_cast<size_t>(r)], r, consequence));
 }
 
 Agreement compare_parameters(Communicator& comm, const torch::nn::Module& model, std::string* digest) {

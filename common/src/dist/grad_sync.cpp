@@ -461,6 +461,26 @@ class SparseSync final : public GradSync {
 
 }  // namespace
 
+namespace {
+
+class FunctionSync final : public GradSync {
+ public:
+  FunctionSync(Communicator& comm, const std::vector<torch::Tensor>& params, std::function<void()> reduce)
+      : GradSync(SyncStrategy::kPerParam, comm, params, one_bucket_per_param(params)), reduce_(std::move(reduce)) {}
+
+ private:
+  void reduce() override { reduce_(); }
+  std::function<void()> reduce_;
+};
+
+}  // namespace
+
+std::unique_ptr<GradSync> make_function_sync(Communicator& comm, const std::vector<torch::Tensor>& params,
+                                             std::function<void()> reduce) {
+  DDPLAB_CHECK(reduce != nullptr, "make_function_sync: no reduce function");
+  return std::make_unique<FunctionSync>(comm, params, std::move(reduce));
+}
+
 std::unique_ptr<GradSync> make_grad_sync(SyncStrategy strategy, Communicator& comm,
                                          const std::vector<torch::Tensor>& params, const BucketOptions& opts) {
   for (size_t i = 0; i < params.size(); ++i) {

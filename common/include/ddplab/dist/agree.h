@@ -28,6 +28,11 @@ struct Agreement {
 /// Gathers `value` from every rank and compares it with rank 0's. Collective.
 Agreement compare_across_ranks(Communicator& comm, uint64_t value);
 
+/// Throws ddplab::Error naming the first rank that disagrees with rank 0 on `value`:
+/// "<what> differ across ranks (V0 on rank 0, VR on rank R): <consequence>". Collective.
+void require_same_across_ranks(Communicator& comm, uint64_t value, const std::string& what,
+                               const std::string& consequence);
+
 /// Whether every rank holds bit-identical parameters and buffers (their parameter_digest()s
 /// agree). Collective. `digest`, if given, receives this rank's digest (16 hex digits).
 Agreement compare_parameters(Communicator& comm, const torch::nn::Module& model, std::string* digest = nullptr);

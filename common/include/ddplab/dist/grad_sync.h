@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -135,6 +136,12 @@ class GradSync {
   CommStats start_;
   SyncStepStats last_;
 };
+
+/// A GradSync whose reduction is `reduce`, e.g. a hand-written loop of all-reduces (lab 02's
+/// exercise 02.3): the step calls it inside finish(), and its collectives are counted like any
+/// strategy's. Reported as per-param, with one bucket per parameter.
+std::unique_ptr<GradSync> make_function_sync(Communicator& comm, const std::vector<torch::Tensor>& params,
+                                             std::function<void()> reduce);
 
 /// Creates the strategy over `params` (e.g. module.parameters(); each must require grad).
 std::unique_ptr<GradSync> make_grad_sync(SyncStrategy strategy, Communicator& comm,
