@@ -5,8 +5,9 @@ cmake_policy(VERSION 3.22)
 #   -DEXPECT_RC=N              required exit status (a regex such as "0|1"; default 0)
 #   -DFULL_MARKS=ON            score must equal the sum of max_score
 #   -DZERO=ON                  score must be 0
-#   -DEXPECT_CHECKS="name|status|regex;..."   the check whose name ends with `name` has
-#                              extra_data.ddplab_status `status` and an output matching `regex`
+#   -DEXPECT_CHECKS="name|status|regex;..."   the check whose id (extra_data.id) is `name`, or
+#                              whose name ends with `name`, has extra_data.ddplab_status `status`
+#                              and an output matching `regex`
 #   -DEVERY_STATUS=status      every check has this status
 #   -DCLEAN=path               removed before the run (and CheckRun.cmake's other options)
 # Running the command, cleaning and the exit-status check are CheckRun's (it sets `all` and `shown`).
@@ -27,6 +28,8 @@ foreach(i RANGE ${last})
   math(EXPR max "${max} + ${m}")
   string(JSON name GET "${doc}" tests ${i} name)
   string(JSON st GET "${doc}" tests ${i} extra_data ddplab_status)
+  string(JSON id ERROR_VARIABLE no_id GET "${doc}" tests ${i} extra_data id)
+  set(id_${i} "${id}")
   string(JSON output GET "${doc}" tests ${i} output)
   if(EVERY_STATUS AND NOT st STREQUAL EVERY_STATUS)
     message(FATAL_ERROR "${RESULTS}: check '${name}' is '${st}', every check should be '${EVERY_STATUS}':\n${output}\n\n${all}")
@@ -49,6 +52,9 @@ foreach(spec IN LISTS EXPECT_CHECKS)
   set(found -1)
   foreach(i RANGE ${last})
     list(GET names ${i} name)
+    if(id_${i} STREQUAL want_name)
+      set(found ${i})
+    endif()
     string(LENGTH "${want_name}" wl)
     string(LENGTH "${name}" nl)
     if(nl GREATER_EQUAL wl)

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <toml++/toml.h>
 
 #include "ddplab/error.h"
 #include "ddplab/grader/checks.h"
@@ -251,6 +252,40 @@ TEST_F(Scratch, ZippedSubmissionsAreUnpackedInTheScratchFolder) {
   std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(got, "zipped\n");
   EXPECT_FALSE(fs::exists(dir_ / "work" / "unzipped"));  // cleaned up
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Every planted bug (labs/<lab>/planted/<bug>/, graded by the grade.planted.* self-tests) names
+// a file of its lab's manifest whose solution still holds the text it replaces, and the id of a
+// check of its lab: a typo fails here in milliseconds rather than after minutes of grading.
+TEST(Kit, EveryPlantedBugNamesAFileAndACheckOfItsLab) {
+  size_t bugs = 0;
+  for (const auto& spec : load_all_specs(DDPLAB_TEST_SOURCE_ROOT)) {
+    const fs::path dir = fs::path(spec.path).parent_path() / "planted";
+    if (!fs::is_directory(dir)) continue;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      ++bugs;
+      const std::string where = e.path().string();
+      const auto t = toml::parse_file((e.path() / "expect.toml").string());
+      const auto file = t["file"].value<std::string>();
+      const auto check = t["check"].value<std::string>();
+      const auto diagnosis = t["diagnosis"].value<std::string>();
+      ASSERT_TRUE(file && check && diagnosis) << where << "/expect.toml needs file, check and diagnosis";
+      EXPECT_EQ(t.size(), 3u) << where << "/expect.toml: only file, check and diagnosis";
+      EXPECT_NE(std::find(spec.manifest.begin(), spec.manifest.end(), *file), spec.manifest.end()) << where << ": " << *file;
+      const bool known = std::any_of(spec.checks.begin(), spec.checks.end(), [&](const CheckSpec& c) { return c.id == *check; });
+      EXPECT_TRUE(known) << where << ": no check with id '" << *check << "' in " << spec.path;
+      const std::string find = read_file(e.path() / "find.txt");
+      EXPECT_FALSE(find.empty()) << where;
+      EXPECT_NE(read_file(fs::path(DDPLAB_TEST_SOURCE_ROOT) / "solutions" / spec.folder / *file).find(find), std::string::npos)
+          << where << "/find.txt no longer occurs in the solution";
+    }
+  }
+  EXPECT_GE(bugs, 6u);
 }
 
 LabResult sample_result() {

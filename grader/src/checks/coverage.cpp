@@ -120,7 +120,7 @@ const CheckKind kCoverage = {
     RunArity::kOne,
     {{"expect", ParamType::kString, "partitioned", "how the ranks share the data set", Presence::kDefault,
       {"partitioned", "replicated"}},
-     {"check_order", ParamType::kBool, true, "also require a new order in epoch 1 than in epoch 0"},
+     {"check_order", ParamType::kBool, true, "also require every rank's order in epoch 1 to differ from epoch 0's"},
      {"order_only", ParamType::kBool, false, "check only the new order each epoch (needs min_epochs >= 2)"},
      {"min_epochs", ParamType::kInteger, 1, "complete epochs the run must report"},
      {"diagnosis_epochs", ParamType::kString, "the run ended before its epochs were done",

@@ -56,7 +56,7 @@ void check_parity(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
 const CheckKind kParity = {
     "parity",
     "per-step mean loss over ranks within tolerance of one process's, and the grader's AUCs of both saved models "
-    "within tolerance (`runs = [one, many]`)",
+    "within tolerance",
     RunArity::kTwo,
     {{"loss_tolerance", ParamType::kNumber, 0.02, "largest allowed gap between the per-step losses"},
      {"auc_tolerance", ParamType::kNumber, 0.01, "largest allowed gap between the two test AUCs"},

@@ -30,7 +30,7 @@ void check_scaling(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
 const CheckKind kScaling = {
     "scaling",
     "unique samples/s efficiency (distinct samples from the digests, over the slowest rank's wall time) >= "
-    "`min_relative` x the reference's (`runs = [one, many]`)",
+    "`min_relative` x the reference's",
     RunArity::kTwo,
     {{"min_relative", ParamType::kNumber, 0.8, "the share of the reference's efficiency required"},
      {"reference", ParamType::kNumber, nullptr, "the reference efficiency where this machine is not calibrated",

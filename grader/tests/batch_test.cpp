@@ -1,0 +1,167 @@
+// Tests of batch grading and calibration without argv or a lab run: the gradebook CSV, which
+// submissions a batch folder holds, what grade_batch does per student (a stand-in grades), and the
+// figures a calibration stores, keyed by check id.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "ddplab/data/shard.h"
+#include "ddplab/error.h"
+#include "ddplab/grader/batch.h"
+
+namespace fs = std::filesystem;
+using namespace ddplab::grader;
+
+namespace {
+
+class Batch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ddplab_batch_test_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string read(const fs::path& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  /// A lab spec as the stand-in grader sees it: only its id and points matter here.
+  static LabSpec lab(const std::string& id, double points) {
+    LabSpec s;
+    s.id = id;
+    CheckSpec c;
+    c.points = points;
+    s.checks = {c};
+    return s;
+  }
+  static LabResult result(const std::string& lab, double score, double max) {
+    LabResult r;
+    r.lab = lab;
+    r.title = lab;
+    r.score = score;
+    r.max_score = max;
+    return r;
+  }
+  fs::path dir_;
+};
+
+TEST_F(Batch, TheGradebookHasOneQuotedRowPerStudentAndLab) {
+  Gradebook book;
+  book.rows.push_back({"alice", "lab03_sampler", 100, 100, {}, false, ""});
+  book.rows.push_back({"bob, jr.", "lab03_sampler", 42.5, 100, {"03.2", "03.4"}, true, ""});
+  book.rows.push_back({"carol", "lab03_sampler", 0, 100, {}, false, "bad.zip: unzip failed: \"crc error\""});
+  EXPECT_EQ(book.csv(),
+            "student,lab,score,max_score,not_attempted,build_error\n"
+            "alice,lab03_sampler,100,100,,\n"
+            "\"bob, jr.\",lab03_sampler,42.5,100,03.2 03.4,yes\n"
+            "carol,lab03_sampler,0,100,,\"bad.zip: unzip failed: \"\"crc error\"\"\"\n");
+}
+
+TEST_F(Batch, ASubmissionIsAFolderOrAZip) {
+  fs::create_directories(dir_ / "in" / "bob");
+  fs::create_directories(dir_ / "in" / "alice");
+  std::ofstream(dir_ / "in" / "carol.zip") << "PK";
+  std::ofstream(dir_ / "in" / "notes.txt") << "not a submission";
+  const auto subs = batch_submissions((dir_ / "in").string());
+  ASSERT_EQ(subs.size(), 3u);
+  EXPECT_EQ(student_of(subs[0]), "alice");
+  EXPECT_EQ(student_of(subs[1]), "bob");
+  EXPECT_EQ(student_of(subs[2]), "carol");
+  fs::create_directories(dir_ / "empty");
+  EXPECT_THROW(batch_submissions((dir_ / "empty").string()), ddplab::ConfigError);
+  EXPECT_THROW(batch_submissions((dir_ / "nowhere").string()), ddplab::ConfigError);
+}
+
+TEST_F(Batch, EachStudentIsGradedAsASubmissionAndABrokenOneDoesNotStopTheBatch) {
+  fs::create_directories(dir_ / "in" / "alice");
+  std::ofstream(dir_ / "in" / "bob.zip") << "corrupt";
+  fs::create_directories(dir_ / "in" / "carol");
+  std::vector<GradeOptions> seen;
+  const GradeFn fake = [&](const std::vector<LabSpec>& specs, const GradeOptions& o) {
+    seen.push_back(o);
+    if (o.submission.find("bob") != std::string::npos) throw ddplab::Error("bob.zip: unzip failed (status 9)");
+    std::vector<LabResult> rs;
+    for (const auto& s : specs) rs.push_back(result(s.id, o.submission.find("alice") != std::string::npos ? 10 : 4, 10));
+    rs.back().not_attempted = {"03.2"};
+    return rs;
+  };
+  GradeOptions o;
+  o.out_dir = (dir_ / "out").string();
+  o.tree = "solutions";
+  std::string printed;
+  const auto book = grade_batch({lab("lab03_sampler", 10)}, o, (dir_ / "in").string(),
+                                [&](const std::string& s) { printed += s; }, fake);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0].tree, "submission");
+  EXPECT_EQ(seen[0].submission, fs::absolute(dir_ / "in" / "alice").string());
+  EXPECT_EQ(seen[0].out_dir, (dir_ / "out" / "alice").string());
+  EXPECT_EQ(seen[1].out_dir, (dir_ / "out" / "bob").string());
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "alice" / "results.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "carol" / "junit.xml"));
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "bob" / "results.json"));
+  const std::string csv = "student,lab,score,max_score,not_attempted,build_error\n"
+                          "alice,lab03_sampler,10,10,03.2,\n"
+                          "bob,lab03_sampler,0,10,,bob.zip: unzip failed (status 9)\n"
+                          "carol,lab03_sampler,4,10,03.2,\n";
+  EXPECT_EQ(book.csv(), csv);
+  EXPECT_EQ(read(dir_ / "out" / "gradebook.csv"), csv);
+  EXPECT_NE(printed.find("== alice\n"), std::string::npos);
+  EXPECT_NE(printed.find("bob: bob.zip: unzip failed"), std::string::npos);
+  EXPECT_NE(printed.find("gradebook: " + (dir_ / "out" / "gradebook.csv").string()), std::string::npos);
+
+  // A spec or option problem is not one student's: it stops the batch.
+  const GradeFn config_error = [](const std::vector<LabSpec>&, const GradeOptions&) -> std::vector<LabResult> {
+    throw ddplab::ConfigError("--check: no check of lab03_sampler matches");
+  };
+  EXPECT_THROW(grade_batch({lab("lab03_sampler", 10)}, o, (dir_ / "in").string(), [](const std::string&) {}, config_error),
+               ddplab::ConfigError);
+}
+
+TEST_F(Batch, CalibrationStoresEachFigureByLabAndCheckId) {
+  ddplab::data::Metadata meta;
+  meta.train_count = 10;
+  meta.test_count = 5;
+  meta.shard_size = 10;
+  meta.train_shards = {"train-0.bin"};
+  meta.test_shards = {"test-0.bin"};
+  fs::create_directories(dir_ / "data");
+  ddplab::data::write_metadata((dir_ / "data").string(), meta);
+  GradeOptions o;
+  o.data_dir = (dir_ / "data").string();
+  o.out_dir = (dir_ / "out").string();
+  o.tree = "labs";
+  o.submission = "alice.zip";
+  std::vector<GradeOptions> seen;
+  const GradeFn fake = [&](const std::vector<LabSpec>& specs, const GradeOptions& go) {
+    seen.push_back(go);
+    LabResult r = result(specs.at(0).id, 9, 10);
+    CheckResult auc;
+    auc.id = "test_auc";
+    auc.name = "test AUC within 0.01 of the reference";
+    auc.figure = 0.7512;
+    CheckResult no_figure;
+    no_figure.id = "runs";
+    r.checks = {auc, no_figure};
+    return std::vector<LabResult>{r};
+  };
+  const std::string path = (dir_ / "calibration.json").string();
+  std::string printed;
+  const auto cal = calibrate({lab("lab01_baseline", 10)}, o, path, [&](const std::string& s) { printed += s; }, fake);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].tree, "solutions");  // always the reference solutions
+  EXPECT_TRUE(seen[0].submission.empty());
+  EXPECT_EQ(seen[0].out_dir, (dir_ / "out" / "calibration").string());
+  EXPECT_EQ(cal.values.size(), 1u);
+  EXPECT_DOUBLE_EQ(*cal.get("lab01_baseline", "test_auc"), 0.7512);
+  EXPECT_DOUBLE_EQ(*load_calibration(path, calibration_key(o.data_dir)).get("lab01_baseline", "test_auc"), 0.7512);
+  EXPECT_NE(printed.find("lab01_baseline/test_auc (test AUC within 0.01 of the reference): 0.7512"), std::string::npos);
+  EXPECT_NE(printed.find("warning: the reference solution of lab01_baseline scores 9 / 10"), std::string::npos);
+  EXPECT_NE(printed.find("calibration written to " + path), std::string::npos);
+}
+
+}  // namespace
