@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
     // Whole global batches only, so every rank takes the same number of steps (no rank waits at a
     // collective for a peer that has run out of data); the dropped tail is < one global batch.
     const int64_t steps = static_cast<int64_t>(run.train_size()) / G;
-    if (steps == 0) throw ConfigError(fmt::format("--train-samples {} is smaller than one global batch of {}", run.train_size(), G));
+    if (steps == 0)
+      throw ConfigError(fmt::format("--train-samples {} is smaller than one global batch of {}", run.train_size(), G));
     run.start_training(model.ptr(), steps);
     for (int64_t epoch = 0; epoch < run.options().epochs; ++epoch) {
       const auto order = data::shuffled_order(run.train_size(), run.options().seed, static_cast<uint64_t>(epoch));
@@ -42,9 +43,8 @@ int main(int argc, char** argv) {
         mine.insert(mine.end(), first, first + B);
       }
       data::BatchLoader loader(run.train(), std::move(mine), B, run.device());
-      run.run_epoch(epoch, loader, [&](const data::Batch& b) {
-        return train_step(model, optimizer, b, run.timer(), sync.get());
-      });
+      run.run_epoch(epoch, loader,
+                    [&](const data::Batch& b) { return train_step(model, optimizer, b, run.timer(), sync.get()); });
     }
     run.evaluate_on_rank0(model, *comm);
   };

@@ -59,7 +59,9 @@ nlohmann::json LabFlags::values() const {
 // ---- LabRun: set-up ----
 
 LabRun::LabRun(std::string lab, LabOptions opts, nlohmann::json lab_flags)
-    : lab_(std::move(lab)), opts_(std::move(opts)), env_(dist::detect_environment()),
+    : lab_(std::move(lab)),
+      opts_(std::move(opts)),
+      env_(dist::detect_environment()),
       report_(lab_, env_.rank, env_.world_size) {
   validate(opts_);
   if (env_.distributed()) set_process_rank(env_.rank);
@@ -68,7 +70,8 @@ LabRun::LabRun(std::string lab, LabOptions opts, nlohmann::json lab_flags)
   sys::tune_allocator();
   device_ = sys::parse_device(opts_.device);
   // One GPU per rank on a node: NCCL refuses two ranks of a communicator on one device.
-  if (device_.is_cuda() && !device_.has_index()) device_ = torch::Device(torch::kCUDA, static_cast<int8_t>(env_.local_rank));
+  if (device_.is_cuda() && !device_.has_index())
+    device_ = torch::Device(torch::kCUDA, static_cast<int8_t>(env_.local_rank));
   torch::manual_seed(opts_.seed + (opts_.same_init ? 0 : static_cast<uint64_t>(env_.rank)));
   if (device_.is_cuda()) timer_.set_synchronizer([] { torch::cuda::synchronize(); });
 
@@ -85,8 +88,8 @@ LabRun::LabRun(std::string lab, LabOptions opts, nlohmann::json lab_flags)
   eval_size_ = test_->size();
   if (opts_.eval_samples > 0) {
     if (opts_.eval_samples > test_->size()) {
-      throw ConfigError(fmt::format("--eval-samples {}: the test split of {} holds only {} samples",
-                                    opts_.eval_samples, opts_.data, test_->size()));
+      throw ConfigError(fmt::format("--eval-samples {}: the test split of {} holds only {} samples", opts_.eval_samples,
+                                    opts_.data, test_->size()));
     }
     eval_size_ = opts_.eval_samples;
   }
@@ -103,7 +106,8 @@ LabRun::LabRun(std::string lab, LabOptions opts, nlohmann::json lab_flags)
   report_.set_config(cfg);
   report_.set_device(device_.str(), opts_.threads);
   log::info0("{}: {} training and {} test samples from {}, batch {} x {} rank(s), lr {:.3g}, device {}, {} thread(s)",
-             lab_, train_size_, eval_size_, opts_.data, opts_.batch, env_.world_size, lr(), device_.str(), opts_.threads);
+             lab_, train_size_, eval_size_, opts_.data, opts_.batch, env_.world_size, lr(), device_.str(),
+             opts_.threads);
   if (env_.distributed()) log::info("{}", env_.describe());
 }
 
@@ -228,7 +232,8 @@ int LabRun::finish() {
   if (model != nullptr) {
     report_.set_params(initial_digest_, parameter_digest(*model), count_parameters(*model));
   }
-  if (eval_) report_.set_eval(eval_->auc, eval_->logloss, eval_->samples, meta.teacher_test_auc, meta.teacher_test_logloss);
+  if (eval_)
+    report_.set_eval(eval_->auc, eval_->logloss, eval_->samples, meta.teacher_test_auc, meta.teacher_test_logloss);
   report_.set_phases(timer_);
   // Every rank processed distinct samples only when a sampler shards the data; the run itself
   // cannot know that, so "unique" is this rank's own distinct count and the grader recomputes
@@ -262,8 +267,8 @@ int LabRun::finish() {
                static_cast<double>(processed_) / wall, split, memory::human_bytes(memory::peak_rss_bytes()));
   }
   if (eval_) {
-    log::info0("{}: test AUC {:.4f} (teacher {:.4f}, gap {:.4f}) | log-loss {:.4f} (teacher {:.4f}) on {} samples", lab_,
-               eval_->auc, meta.teacher_test_auc, meta.teacher_test_auc - eval_->auc, eval_->logloss,
+    log::info0("{}: test AUC {:.4f} (teacher {:.4f}, gap {:.4f}) | log-loss {:.4f} (teacher {:.4f}) on {} samples",
+               lab_, eval_->auc, meta.teacher_test_auc, meta.teacher_test_auc - eval_->auc, eval_->logloss,
                meta.teacher_test_logloss, eval_->samples);
   }
   log::info0("{}: report written to {}", lab_, path);

@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
 
     for (int64_t epoch = 0; epoch < run.options().epochs; ++epoch) {
       // One fresh permutation per epoch, the same on every machine for a given --seed.
-      ddplab::data::BatchLoader loader(run.train(), ddplab::data::shuffled_order(run.train_size(), run.options().seed, epoch),
+      ddplab::data::BatchLoader loader(run.train(),
+                                       ddplab::data::shuffled_order(run.train_size(), run.options().seed, epoch),
                                        run.batch(), run.device());
       try {
         run.run_epoch(epoch, loader, [&](const ddplab::data::Batch& b) {

@@ -27,18 +27,15 @@ using namespace ddplab;
 std::pair<std::shared_ptr<dist::ProcessGroup>, bool> join_with_student_environment(LabRun& run) {
   try {
     const dist::Environment env = lab02::environment_from_launcher();
-    const dist::Environment& launcher = run.environment();
-    if (env.rank != launcher.rank || env.world_size != launcher.world_size ||
-        (launcher.distributed() && (env.master_addr != launcher.master_addr || env.master_port != launcher.master_port))) {
+    if (!run.environment().same_job(env)) {
       throw ConfigError(fmt::format("environment_from_launcher() says {}, the launcher says {}", env.describe(),
-                                    launcher.describe()));
+                                    run.environment().describe()));
     }
     return {run.join(env), true};
   } catch (const NotImplemented& e) {
     run.not_attempted(e);
-    if (run.world_size() > 1) {
+    if (run.world_size() > 1)
       log::warn("rank {} trains alone: without 02.1 the {} processes never talk", run.rank(), run.world_size());
-    }
     return {run.join(dist::Environment{}), false};
   }
 }
@@ -63,9 +60,14 @@ nlohmann::json epoch_bill(dist::Communicator& comm, const EpochSummary& done) {
   log::info0("epoch {}: {:.1f} s; processed {:.0f} samples/s, unique {:.0f} samples/s", epoch, secs, p_rate, u_rate);
   log::info0("epoch {}: {} of {} processes repeated rank 0's work ({:.1f}x the work for the unique samples)", epoch,
              repeated, all.size(), unique > 0 ? static_cast<double>(processed) / static_cast<double>(unique) : 0.0);
-  return {{"epoch", epoch},     {"seconds", secs},           {"processed_all_ranks", processed},
-          {"unique", unique},   {"distinct_sample_sets", sets.size()}, {"ranks_repeating_rank0", repeated},
-          {"processed_per_s", p_rate}, {"unique_per_s", u_rate}};
+  return {{"epoch", epoch},
+          {"seconds", secs},
+          {"processed_all_ranks", processed},
+          {"unique", unique},
+          {"distinct_sample_sets", sets.size()},
+          {"ranks_repeating_rank0", repeated},
+          {"processed_per_s", p_rate},
+          {"unique_per_s", u_rate}};
 }
 
 }  // namespace
@@ -86,12 +88,15 @@ int main(int argc, char** argv) {
 
     // 02.2: everyone starts from rank 0's weights.
     run.attempt([&] { lab02::broadcast_parameters(*comm, *model); });
+    // Whether every rank holds the same parameters, printed and recorded: only ranks that talk can tell.
     nlohmann::json summary;
-    if (talking) {
-      const auto start = dist::compare_parameters(*comm, *model);
-      summary["start_params_identical"] = start.same();
-      log::info0("parameters at the start: {}", start.describe());
-    }
+    auto compare_params = [&](const char* when) {
+      std::string digest;
+      const auto agree = dist::compare_parameters(*comm, *model, &digest);
+      log::info0("parameters at the {}: {} (rank 0: {})", when, agree.describe(), digest);
+      summary[fmt::format("{}_params_identical", when)] = agree.same();
+    };
+    if (talking) compare_params("start");
 
     torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(run.lr()));
     // 02.3 as the step's gradient sync. Until it exists each rank keeps its own gradients.
@@ -108,23 +113,16 @@ int main(int argc, char** argv) {
       const EpochSummary& done = run.run_epoch(epoch, loader, [&](const data::Batch& b) {
         return train_step(model, optimizer, b, run.timer(), sync.get());
       });
-      if (talking) {
-        summary["epochs"].push_back(epoch_bill(*comm, done));
-      } else {
-        log::info0("epoch {}: rank 0 processed {} samples in {:.1f} s; how many of the {} ranks' samples were unique "
-                   "cannot be known: the ranks never talk (02.1)",
-                   epoch, done.samples.count(), done.seconds, world);
-      }
+      if (talking) summary["epochs"].push_back(epoch_bill(*comm, done));
     }
 
     if (talking) {
-      std::string digest;
-      const auto end = dist::compare_parameters(*comm, *model, &digest);
-      summary["end_params_identical"] = end.same();
-      log::info0("parameters at the end: {} (rank 0: {})", end.describe(), digest);
+      compare_params("end");
     } else {
-      log::info0("parameters at the end cannot be compared from inside the job: the ranks never talk; compare "
-                 "params.final_digest in the ranks' reports");
+      log::info0(
+          "how many of the {} ranks' samples were unique, and whether their parameters agree, cannot be known: "
+          "the ranks never talk (02.1); compare params.final_digest in the ranks' reports",
+          world);
     }
     summary["joined"] = joined;
     summary["averaging"] = averaging;

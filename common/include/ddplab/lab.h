@@ -180,8 +180,8 @@ class LabRun {
 
 /// What a lab program is: its name, one-line description, extra flags, and its body.
 struct LabProgram {
-  std::string name;          ///< the lab's folder name (DDPLAB_LAB_NAME): the report's "lab" and folder
-  std::string description;   ///< shown by --help
+  std::string name;                          ///< the lab's folder name (DDPLAB_LAB_NAME): the report's "lab" and folder
+  std::string description;                   ///< shown by --help
   std::function<void(LabFlags&)> add_flags;  ///< optional lab-specific flags
   std::function<void(LabRun&)> body;         ///< the lab's training and evaluation
 };

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "ddplab/data/loader.h"
-#include "lab03.h"
+#include "sampler.h"
 
 namespace {
 

@@ -21,6 +21,12 @@ struct Environment {
   std::string source;        ///< "torchrun", "openmpi", "slurm" or "single"
 
   bool distributed() const noexcept { return world_size > 1; }
+  /// Whether `other` places this process in the same job: same rank and world size and, in a
+  /// distributed job, the same rendezvous address (local ranks and the source may differ).
+  bool same_job(const Environment& other) const noexcept {
+    return rank == other.rank && world_size == other.world_size &&
+           (!distributed() || (master_addr == other.master_addr && master_port == other.master_port));
+  }
   /// "rank 1/4 (local 1/2, node 0) via torchrun, rendezvous 127.0.0.1:29500"
   std::string describe() const;
 };
