@@ -30,6 +30,15 @@ function(ddplab_no_pch)
   set_source_files_properties(${ARGN} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
 endfunction()
 
+# ddplab_flags_doc_test(<target> <name>): a test that the flag tables of docs/concepts/metrics.md
+# list every flag of the program with its environment variable, and nothing it lacks.
+function(ddplab_flags_doc_test target name)
+  add_test(NAME docs.flags_table_${name}
+           COMMAND ${CMAKE_COMMAND} -DPROGRAM=$<TARGET_FILE:${target}> -DNAME=${name}
+                   -DDOC=${PROJECT_SOURCE_DIR}/docs/concepts/metrics.md -P ${PROJECT_SOURCE_DIR}/cmake/CheckFlagsDoc.cmake)
+  set_tests_properties(docs.flags_table_${name} PROPERTIES LABELS docs)
+endfunction()
+
 # ddplab_add_gtest(<target> LABELS ...): one ctest entry per GoogleTest binary. Every process that
 # links LibTorch spends ~2 s relocating it at start-up, so one entry per test case (gtest_discover_
 # tests) would spend minutes of a CI run on loading alone; the binary's own output names the

@@ -34,26 +34,27 @@ void add_lab_options(CLI::App& app, LabOptions& o) {
   app.add_option("--batch", o.batch, "Per-rank batch size")->envname("DDPLAB_BATCH")->capture_default_str();
   app.add_option("--lr", o.lr, "Adam learning rate at a global batch of 512")->envname("DDPLAB_LR")->capture_default_str();
   app.add_flag("--lr-scaling,!--no-lr-scaling", o.lr_scaling, "Scale the learning rate linearly with the global batch")
-      ->capture_default_str();
+      ->envname("DDPLAB_LR_SCALING")->capture_default_str();
   app.add_option("--threads", o.threads, "Intra-op threads per rank")->envname("DDPLAB_THREADS")->capture_default_str();
   app.add_option("--device", o.device, "cpu, cuda, cuda:N or auto")->envname("DDPLAB_DEVICE")->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of model initialisation and shuffling")->envname("DDPLAB_SEED")
       ->capture_default_str();
   app.add_flag("--same-init,!--rank-init", o.same_init,
                "Seed the model with --seed on every rank (--rank-init: --seed + rank, as independent trainers do)")
-      ->capture_default_str();
+      ->envname("DDPLAB_SAME_INIT")->capture_default_str();
   app.add_option("--comm-timeout", o.comm_timeout, "Seconds before a collective or the rendezvous fails")
       ->envname("DDPLAB_COMM_TIMEOUT")->capture_default_str();
   app.add_option("--report", o.report, "Run report path; {rank} is replaced by the rank [runs/<lab>/rank<R>.json]")
       ->envname("DDPLAB_REPORT");
   app.add_option("--log-every", o.log_every, "Progress line every N steps (0: off)")->envname("DDPLAB_LOG_EVERY")
       ->capture_default_str();
-  app.add_option("--max-steps", o.max_steps, "Stop after N training steps (0: full epochs)")->capture_default_str();
+  app.add_option("--max-steps", o.max_steps, "Stop after N training steps (0: full epochs)")->envname("DDPLAB_MAX_STEPS")
+      ->capture_default_str();
   app.add_option("--train-samples", o.train_samples, "Use only the first N training samples (0: all)")
       ->envname("DDPLAB_TRAIN_SAMPLES")->capture_default_str();
   app.add_option("--eval-samples", o.eval_samples, "Evaluate on the first N test samples (0: all)")
       ->envname("DDPLAB_EVAL_SAMPLES")->capture_default_str();
-  app.add_option("--save-model", o.save_model, "Save the final parameters to this file (rank 0)");
+  app.add_option("--save-model", o.save_model, "Save the final parameters to this file (rank 0)")->envname("DDPLAB_SAVE_MODEL");
   app.add_option("--log-level", o.log_level, "debug, info, warn or error")->envname("DDPLAB_LOG_LEVEL")
       ->capture_default_str();
 }
