@@ -46,7 +46,9 @@ int run_grade(const GradeCli& o) {
   go.quiet = o.quiet;
   go.calibration = o.calibration.empty() ? grader::default_calibration_path(go.build_dir) : o.calibration;
   if (!o.submission.empty() && !o.batch.empty()) throw ConfigError("--submission and --batch: give one of them");
-  if (go.tree != "labs" && go.tree != "solutions") throw ConfigError(fmt::format("--tree {}: expected labs or solutions", go.tree));
+  if (go.tree != "labs" && go.tree != "solutions") {
+    throw ConfigError(fmt::format("--tree {}: expected labs or solutions", go.tree));
+  }
   if (!o.all && o.labs.empty()) throw ConfigError("name a lab (ddplab grade lab02) or use --all");
   std::vector<grader::LabSpec> specs;
   if (o.all) {
@@ -84,7 +86,8 @@ void setup_grade(CLI::App& app) {
   sub->add_option("labs", o->labs, "Labs to grade: lab03_sampler, lab03, 3, or a grade.toml file");
   sub->add_flag("--all", o->all, "Grade every lab");
   sub->add_option("--submission", o->submission, "A submission folder or .zip (only its manifest files are used)");
-  sub->add_option("--batch", o->batch, "A folder of submissions (folders or .zip): gradebook.csv + one result set each");
+  sub->add_option("--batch", o->batch,
+                  "A folder of submissions (folders or .zip): gradebook.csv + one result set each");
   sub->add_option("--tree", o->tree, "Without --submission: grade this build's labs or solutions tree");
   sub->add_option("--out", o->out, "Where results go")->capture_default_str();
   sub->add_option("--data", o->data, "Data set for the runs (default: $DDPLAB_DATA, else <kit>/data/ctr-small)");

@@ -59,9 +59,7 @@ int main(int argc, char** argv) {
       std::vector<std::vector<char>> hog;
       for (;;) hog.emplace_back(size_t{256} << 20, 1);  // touched, so it is really used
     }
-    ddplab::dist::ProcessGroupOptions po;
-    po.timeout = std::chrono::milliseconds(static_cast<int64_t>(run.options().comm_timeout * 1000));
-    auto pg = ddplab::dist::ProcessGroup::join(run.environment(), run.device(), po);
+    auto pg = run.join();
     if (mode == "deadlock" && run.rank() == 1) hang();  // rank 0 waits for it in the all-reduce below
     auto t = torch::ones({1024});
     pg->allreduce(t);

@@ -36,8 +36,8 @@ std::string Gradebook::csv() const {
     std::string na;
     for (const auto& id : r.not_attempted) na += (na.empty() ? "" : " ") + id;
     const std::string build = !r.error.empty() ? r.error : r.build_error ? "yes" : "";
-    book += fmt::format("{},{},{},{},{},{}\n", csv_field(r.student), csv_field(r.lab), r.score, r.max_score, csv_field(na),
-                        csv_field(build));
+    book += fmt::format("{},{},{},{},{},{}\n", csv_field(r.student), csv_field(r.lab), r.score, r.max_score,
+                        csv_field(na), csv_field(build));
   }
   return book;
 }
@@ -58,8 +58,8 @@ std::string student_of(const std::string& submission) {
   return p.extension() == ".zip" ? p.stem().string() : p.filename().string();
 }
 
-Gradebook grade_batch(const std::vector<LabSpec>& specs, GradeOptions options, const std::string& dir, const PrintFn& print,
-                      const GradeFn& grade) {
+Gradebook grade_batch(const std::vector<LabSpec>& specs, GradeOptions options, const std::string& dir,
+                      const PrintFn& print, const GradeFn& grade) {
   Gradebook book;
   const std::string base_out = options.out_dir;
   for (const auto& s : batch_submissions(dir)) {
@@ -81,7 +81,9 @@ Gradebook grade_batch(const std::vector<LabSpec>& specs, GradeOptions options, c
     }
     write_outputs(rs, options.out_dir);
     print(terminal_summary(rs, options.color));
-    for (const auto& r : rs) book.rows.push_back({student, r.lab, r.score, r.max_score, r.not_attempted, !r.build_error.empty(), ""});
+    for (const auto& r : rs) {
+      book.rows.push_back({student, r.lab, r.score, r.max_score, r.not_attempted, !r.build_error.empty(), ""});
+    }
   }
   const std::string path = (fs::path(base_out) / "gradebook.csv").string();
   write_file_atomic(path, book.csv());

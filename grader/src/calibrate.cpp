@@ -16,8 +16,8 @@ void record_figures(Calibration& calibration, const LabResult& result) {
   }
 }
 
-Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, const std::string& path, const PrintFn& print,
-                      const GradeFn& grade) {
+Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, const std::string& path,
+                      const PrintFn& print, const GradeFn& grade) {
   options.tree = "solutions";
   options.submission.clear();
   options.out_dir = (fs::path(options.out_dir) / "calibration").string();

@@ -99,7 +99,8 @@ class FileLock {
 nlohmann::json load_targets(const std::string& build_dir) {
   const fs::path p = fs::path(build_dir) / "grader" / "targets.json";
   if (!fs::exists(p)) {
-    throw Error(fmt::format("{} not found: '{}' is not a configured ddplab build (run ./kit build first)", p.string(), build_dir));
+    throw Error(fmt::format("{} not found: '{}' is not a configured ddplab build (run ./kit build first)", p.string(),
+                            build_dir));
   }
   try {
     return nlohmann::json::parse(read_text(p));
@@ -111,9 +112,10 @@ nlohmann::json load_targets(const std::string& build_dir) {
 LabBinaries binaries_for(const nlohmann::json& targets, const LabSpec& spec, const std::string& tree) {
   const auto lab = targets.find(spec.program + "/" + tree);
   if (lab == targets.end()) {
-    throw Error(fmt::format("the build has no '{}' binaries of {} (configure it with the {} tree, or "
-                            "-DDDPLAB_BUILD_BOTH_TREES=ON)",
-                            tree, spec.program, tree));
+    throw Error(
+        fmt::format("the build has no '{}' binaries of {} (configure it with the {} tree, or "
+                    "-DDDPLAB_BUILD_BOTH_TREES=ON)",
+                    tree, spec.program, tree));
   }
   LabBinaries b;
   b.program = lab->at("program").get<std::string>();
@@ -153,7 +155,9 @@ std::vector<std::string> effective_args(const RunSpec& run, const std::string& d
   std::vector<std::string> args = run.args;
   const auto meta = data::read_metadata(data_dir);
   for (size_t i = 0; i + 1 < args.size(); ++i) {
-    const uint64_t cap = args[i] == "--train-samples" ? meta.train_count : args[i] == "--eval-samples" ? meta.test_count : 0;
+    const uint64_t cap = args[i] == "--train-samples"  ? meta.train_count
+                         : args[i] == "--eval-samples" ? meta.test_count
+                                                       : 0;
     if (cap == 0) continue;
     try {
       if (std::stoull(args[i + 1]) > cap) args[i + 1] = std::to_string(cap);
@@ -178,7 +182,8 @@ RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) 
   spec.nproc = run.ranks;
   spec.command = {run.program == "reference" ? ctx.bin.reference : ctx.bin.program};
   spec.command.insert(spec.command.end(), r.args.begin(), r.args.end());
-  spec.command.insert(spec.command.end(), {"--data", ctx.options.data_dir, "--report", (dir / "rank{rank}.json").string()});
+  spec.command.insert(spec.command.end(),
+                      {"--data", ctx.options.data_dir, "--report", (dir / "rank{rank}.json").string()});
   if (run.save_model) {
     r.model = (dir / "model.pt").string();
     spec.command.insert(spec.command.end(), {"--save-model", r.model});
@@ -235,7 +240,9 @@ RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) 
     if (ro.report) {
       for (const auto& id : ro.report->value("not_attempted", nlohmann::json::array())) {
         const auto s = id.get<std::string>();
-        if (std::find(r.not_attempted.begin(), r.not_attempted.end(), s) == r.not_attempted.end()) r.not_attempted.push_back(s);
+        if (std::find(r.not_attempted.begin(), r.not_attempted.end(), s) == r.not_attempted.end()) {
+          r.not_attempted.push_back(s);
+        }
       }
     }
     r.rank.push_back(std::move(ro));
@@ -296,8 +303,8 @@ std::string default_calibration_path(const std::string& build_dir) {
 
 std::string calibration_key(const std::string& data_dir) {
   const auto meta = data::read_metadata(data_dir);
-  return fmt::format("{} | data {} ({} train, {} test, seed {})", machine_id(), data_dir, meta.train_count, meta.test_count,
-                     meta.seed);
+  return fmt::format("{} | data {} ({} train, {} test, seed {})", machine_id(), data_dir, meta.train_count,
+                     meta.test_count, meta.seed);
 }
 
 Calibration load_calibration(const std::string& path, const std::string& key) {
@@ -327,7 +334,9 @@ std::vector<std::string> collect_submission(const LabSpec& spec, const std::stri
   std::vector<std::string> notes;
   if (!fs::exists(root)) throw ConfigError(fmt::format("--submission {}: no such file or folder", submission));
   if (fs::is_regular_file(root)) {
-    if (root.extension() != ".zip") throw ConfigError(fmt::format("--submission {}: expected a folder or a .zip", submission));
+    if (root.extension() != ".zip") {
+      throw ConfigError(fmt::format("--submission {}: expected a folder or a .zip", submission));
+    }
     unpacked = fs::path(dest).parent_path() / "unzipped";
     fs::remove_all(unpacked);
     fs::create_directories(unpacked);
@@ -335,7 +344,9 @@ std::vector<std::string> collect_submission(const LabSpec& spec, const std::stri
     // unzip refuses entries with "../" or absolute paths (it strips them), so nothing lands
     // outside the scratch folder.
     const int rc = run_command({"unzip", "-qq", "-o", root.string(), "-d", unpacked.string()}, 120, out);
-    if (rc != 0 && rc != 1) throw Error(fmt::format("--submission {}: unzip failed (status {}): {}", submission, rc, out));
+    if (rc != 0 && rc != 1) {
+      throw Error(fmt::format("--submission {}: unzip failed (status {}): {}", submission, rc, out));
+    }
     root = unpacked;
   }
   fs::create_directories(dest);
@@ -465,8 +476,9 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     return result;
   }
 
-  const Calibration calibration = load_calibration(
-      o.calibration.empty() ? default_calibration_path(o.build_dir) : o.calibration, calibration_key(o.data_dir));
+  const Calibration calibration =
+      load_calibration(o.calibration.empty() ? default_calibration_path(o.build_dir) : o.calibration,
+                       calibration_key(o.data_dir));
   GradeContext ctx{spec, o, bin, calibration, {}, (out / "work").string()};
   fs::remove_all(ctx.work_dir);
   fs::create_directories(ctx.work_dir);

@@ -42,7 +42,9 @@ std::string xml_escape(const std::string& in) {
   return out;
 }
 
-std::string points(double v) { return v == static_cast<int64_t>(v) ? fmt::format("{}", static_cast<int64_t>(v)) : fmt::format("{:.1f}", v); }
+std::string points(double v) {
+  return v == static_cast<int64_t>(v) ? fmt::format("{}", static_cast<int64_t>(v)) : fmt::format("{:.1f}", v);
+}
 
 }  // namespace
 
@@ -73,12 +75,8 @@ json gradescope_results(const std::vector<LabResult>& labs) {
       tests.push_back(std::move(t));
     }
   }
-  return {{"score", score},
-          {"execution_time", seconds},
-          {"output", output},
-          {"visibility", "visible"},
-          {"stdout_visibility", "hidden"},
-          {"tests", tests}};
+  return {{"score", score},          {"execution_time", seconds},     {"output", output},
+          {"visibility", "visible"}, {"stdout_visibility", "hidden"}, {"tests", tests}};
 }
 
 std::string junit_xml(const std::vector<LabResult>& labs) {
@@ -94,11 +92,13 @@ std::string junit_xml(const std::vector<LabResult>& labs) {
     }
     x += fmt::format("  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" time=\"{:.3f}\">\n",
                      xml_escape(lab.lab), lab.checks.size(), failures, errors, lab.seconds);
-    x += fmt::format("    <properties><property name=\"score\" value=\"{}\"/><property name=\"max_score\" value=\"{}\"/></properties>\n",
-                     lab.score, lab.max_score);
+    x += fmt::format(
+        "    <properties><property name=\"score\" value=\"{}\"/><property name=\"max_score\" "
+        "value=\"{}\"/></properties>\n",
+        lab.score, lab.max_score);
     for (const auto& c : lab.checks) {
-      x += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\"", xml_escape(lab.lab), xml_escape(c.name),
-                       c.seconds);
+      x += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\"", xml_escape(lab.lab),
+                       xml_escape(c.name), c.seconds);
       if (c.status == Status::kPassed) {
         x += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n", xml_escape(c.observed));
       } else {
@@ -135,14 +135,17 @@ std::string html_report(const std::vector<LabResult>& labs) {
     if (!lab.build_error.empty()) h += "<p class=\"failed\">The submission does not compile.</p>\n";
     h += "<table><tr><th>status</th><th>points</th><th>check</th><th>what the grader saw</th></tr>\n";
     for (const auto& c : lab.checks) {
-      const char* cls = c.status == Status::kPassed ? "passed" : c.status == Status::kNotAttempted ? "na"
-                                                              : c.status == Status::kError         ? "error"
-                                                                                                   : "failed";
+      const char* cls = c.status == Status::kPassed         ? "passed"
+                        : c.status == Status::kNotAttempted ? "na"
+                        : c.status == Status::kError        ? "error"
+                                                            : "failed";
       h += fmt::format("<tr><td class=\"{}\">{}</td><td>{} / {}</td><td>{}{}</td><td>{}", cls, status_name(c.status),
                        points(c.score), points(c.max_score), c.exercise.empty() ? "" : xml_escape(c.exercise) + " ",
                        xml_escape(c.name), xml_escape(c.observed));
       if (!c.diagnosis.empty()) h += fmt::format("<br><b>Likely cause:</b> {}", xml_escape(c.diagnosis));
-      if (!c.details.empty()) h += fmt::format("<details><summary>details</summary><pre>{}</pre></details>", xml_escape(c.details));
+      if (!c.details.empty()) {
+        h += fmt::format("<details><summary>details</summary><pre>{}</pre></details>", xml_escape(c.details));
+      }
       h += "</td></tr>\n";
     }
     h += "</table>\n";
@@ -152,13 +155,15 @@ std::string html_report(const std::vector<LabResult>& labs) {
 }
 
 std::string terminal_summary(const std::vector<LabResult>& labs, bool color) {
-  auto paint = [&](const char* code, const std::string& s) { return color ? fmt::format("\033[{}m{}\033[0m", code, s) : s; };
+  auto paint = [&](const char* code, const std::string& s) {
+    return color ? fmt::format("\033[{}m{}\033[0m", code, s) : s;
+  };
   std::string out;
   double total = 0, max = 0;
   for (const auto& lab : labs) {
     total += lab.score, max += lab.max_score;
-    out += fmt::format("\n{}  {} / {} points  ({:.1f} s)\n", paint("1", lab.title), points(lab.score), points(lab.max_score),
-                       lab.seconds);
+    out += fmt::format("\n{}  {} / {} points  ({:.1f} s)\n", paint("1", lab.title), points(lab.score),
+                       points(lab.max_score), lab.seconds);
     for (const auto& c : lab.checks) {
       const std::string st = c.status == Status::kPassed         ? paint("32", "PASS")
                              : c.status == Status::kNotAttempted ? paint("33", "N/A ")
@@ -167,8 +172,11 @@ std::string terminal_summary(const std::vector<LabResult>& labs, bool color) {
       out += fmt::format("  {} {:>5} / {:<3} {}{}\n", st, points(c.score), points(c.max_score),
                          c.exercise.empty() ? "" : c.exercise + " ", c.name);
       if (c.status != Status::kPassed) {
-        out += fmt::format("       {}\n", c.status == Status::kNotAttempted ? "not attempted: " + c.observed : c.observed);
-        if (!c.diagnosis.empty() && c.status != Status::kNotAttempted) out += fmt::format("       likely cause: {}\n", c.diagnosis);
+        out +=
+            fmt::format("       {}\n", c.status == Status::kNotAttempted ? "not attempted: " + c.observed : c.observed);
+        if (!c.diagnosis.empty() && c.status != Status::kNotAttempted) {
+          out += fmt::format("       likely cause: {}\n", c.diagnosis);
+        }
       }
     }
     if (!lab.not_attempted.empty()) {
@@ -178,7 +186,9 @@ std::string terminal_summary(const std::vector<LabResult>& labs, bool color) {
     }
     out += fmt::format("  results: {}\n", lab.out_dir);
   }
-  if (labs.size() > 1) out += fmt::format("\n{}\n", paint("1", fmt::format("Total: {} / {} points", points(total), points(max))));
+  if (labs.size() > 1) {
+    out += fmt::format("\n{}\n", paint("1", fmt::format("Total: {} / {} points", points(total), points(max))));
+  }
   return out;
 }
 

@@ -60,11 +60,15 @@ MarkedFile parse_marked(const std::string& path, const std::string& text) {
                                 open->begin_line));
       }
       current = Region{m[1], m[2], n, 0, ""};
-      if (!ids.insert(current.id).second) throw Error(fmt::format("{}:{}: region {} appears twice", path, n, current.id));
+      if (!ids.insert(current.id).second) {
+        throw Error(fmt::format("{}:{}: region {} appears twice", path, n, current.id));
+      }
       open = &current;
       f.outside.push_back(line);
     } else if (std::regex_match(line, kEndAttempt)) {
-      if (!std::regex_match(line, kEnd)) throw Error(fmt::format("{}:{}: malformed marker, expected `// END STUDENT CODE`", path, n));
+      if (!std::regex_match(line, kEnd)) {
+        throw Error(fmt::format("{}:{}: malformed marker, expected `// END STUDENT CODE`", path, n));
+      }
       if (open == nullptr) throw Error(fmt::format("{}:{}: END STUDENT CODE without a BEGIN", path, n));
       current.end_line = n;
       f.regions.push_back(current);
@@ -77,7 +81,8 @@ MarkedFile parse_marked(const std::string& path, const std::string& text) {
     }
   }
   if (open != nullptr) {
-    throw Error(fmt::format("{}:{}: region {} is never closed with // END STUDENT CODE", path, open->begin_line, open->id));
+    throw Error(
+        fmt::format("{}:{}: region {} is never closed with // END STUDENT CODE", path, open->begin_line, open->id));
   }
   return f;
 }
@@ -123,7 +128,8 @@ KitProblems check_lab(const std::string& root, const std::string& lab) {
   for (const auto& name : student_files(root, lab)) {
     const std::string skel_path = (skel_dir / name).string();
     if (!fs::exists(skel_path)) {
-      p.items.push_back(fmt::format("{}: the solution has it, the skeleton tree has no {}", (sol_dir / name).string(), skel_path));
+      p.items.push_back(
+          fmt::format("{}: the solution has it, the skeleton tree has no {}", (sol_dir / name).string(), skel_path));
       continue;
     }
     MarkedFile skel, sol;
@@ -144,8 +150,8 @@ KitProblems check_lab(const std::string& root, const std::string& lab) {
     const size_t n = std::min(skel.outside.size(), sol.outside.size());
     for (size_t i = 0; i < n; ++i) {
       if (skel.outside[i] != sol.outside[i]) {
-        p.items.push_back(fmt::format("{} and {} differ outside the student regions: `{}` vs `{}`", skel_path,
-                                      sol.path, skel.outside[i], sol.outside[i]));
+        p.items.push_back(fmt::format("{} and {} differ outside the student regions: `{}` vs `{}`", skel_path, sol.path,
+                                      skel.outside[i], sol.outside[i]));
         break;
       }
     }
@@ -156,11 +162,12 @@ KitProblems check_lab(const std::string& root, const std::string& lab) {
     for (const auto& r : skel.regions) {
       code_ids.insert(r.id);
       if (r.body.find("NotImplemented(\"" + r.id + "\"") == std::string::npos) {
-        p.items.push_back(fmt::format("{}:{}: skeleton region {} does not throw ddplab::NotImplemented(\"{}\")", skel_path,
-                                      r.begin_line, r.id, r.id));
+        p.items.push_back(fmt::format("{}:{}: skeleton region {} does not throw ddplab::NotImplemented(\"{}\")",
+                                      skel_path, r.begin_line, r.id, r.id));
       }
       if (number.empty() || r.id.rfind(number + ".", 0) != 0) {
-        p.items.push_back(fmt::format("{}:{}: region {} does not belong to lab {}", skel_path, r.begin_line, r.id, number));
+        p.items.push_back(
+            fmt::format("{}:{}: region {} does not belong to lab {}", skel_path, r.begin_line, r.id, number));
       }
     }
   }
@@ -171,10 +178,14 @@ KitProblems check_lab(const std::string& root, const std::string& lab) {
   }
   const auto handout_ids = handout_exercise_ids(read_text(readme.string()), number);
   for (const auto& id : handout_ids) {
-    if (code_ids.count(id) == 0) p.items.push_back(fmt::format("{}: names exercise {}, which no student region has", readme.string(), id));
+    if (code_ids.count(id) == 0) {
+      p.items.push_back(fmt::format("{}: names exercise {}, which no student region has", readme.string(), id));
+    }
   }
   for (const auto& id : code_ids) {
-    if (handout_ids.count(id) == 0) p.items.push_back(fmt::format("{}: does not mention exercise {} of the code", readme.string(), id));
+    if (handout_ids.count(id) == 0) {
+      p.items.push_back(fmt::format("{}: does not mention exercise {} of the code", readme.string(), id));
+    }
   }
   return p;
 }

@@ -25,7 +25,8 @@ Visibility parse_visibility(const std::string& s, const std::string& where) {
   if (s == "hidden") return Visibility::kHidden;
   if (s == "after_due_date") return Visibility::kAfterDueDate;
   if (s == "after_published") return Visibility::kAfterPublished;
-  throw ConfigError(fmt::format("{}: visibility '{}': expected visible, hidden, after_due_date or after_published", where, s));
+  throw ConfigError(
+      fmt::format("{}: visibility '{}': expected visible, hidden, after_due_date or after_published", where, s));
 }
 
 const char* visibility_name(Visibility v) {
@@ -56,9 +57,10 @@ namespace {
 const nlohmann::json& param(const CheckSpec& c, const std::string& key) {
   const auto it = c.params.find(key);
   if (it == c.params.end()) {
-    throw UndeclaredParameter(fmt::format("grader bug: check kind '{}' reads parameter '{}', which is not set (declare it "
-                                          "in the kind's descriptor)",
-                                          c.kind, key));
+    throw UndeclaredParameter(
+        fmt::format("grader bug: check kind '{}' reads parameter '{}', which is not set (declare it "
+                    "in the kind's descriptor)",
+                    c.kind, key));
   }
   return *it;
 }
@@ -100,7 +102,8 @@ nlohmann::json to_json(const toml::node& n) {
 /// Reads the keys of one table, complaining about keys no one reads.
 class Reader {
  public:
-  Reader(const std::string& path, const toml::table& t, std::string what) : path_(path), t_(t), what_(std::move(what)) {}
+  Reader(const std::string& path, const toml::table& t, std::string what)
+      : path_(path), t_(t), what_(std::move(what)) {}
 
   std::string str(const char* key, bool required, const std::string& def = "") {
     used_.insert(key);
@@ -195,7 +198,9 @@ void derive_lab(LabSpec& s, const fs::path& root, const std::string& folder) {
                                   folder, folder));
   }
   s.manifest = student_files(root.string(), folder);
-  if (s.manifest.empty()) throw ConfigError(fmt::format("{}: solutions/{}/ holds no file for the manifest", s.path, folder));
+  if (s.manifest.empty()) {
+    throw ConfigError(fmt::format("{}: solutions/{}/ holds no file for the manifest", s.path, folder));
+  }
   for (const auto& f : s.manifest) {
     if (!fs::is_regular_file(root / "labs" / folder / f)) {
       throw ConfigError(fmt::format("{}: solutions/{}/{} has no skeleton labs/{}/{}", s.path, folder, f, folder, f));
@@ -233,7 +238,8 @@ LabSpec load_spec(const std::string& path) {
   try {
     root = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
-    throw ConfigError(fmt::format("{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column, e.description()));
+    throw ConfigError(
+        fmt::format("{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column, e.description()));
   }
   LabSpec s;
   s.path = path;
@@ -251,8 +257,9 @@ LabSpec load_spec(const std::string& path) {
     if (const auto folder = lab_folder_of(path)) {
       for (const char* key : {"id", "folder", "program", "manifest", "exercises"}) {
         if (const auto* n = lab.get(key)) {
-          throw ConfigError(fmt::format("{}: [lab] {} follows from the lab's folder (labs/{}/ and solutions/{}/): remove it",
-                                        where(path, *n), key, folder->second, folder->second));
+          throw ConfigError(
+              fmt::format("{}: [lab] {} follows from the lab's folder (labs/{}/ and solutions/{}/): remove it",
+                          where(path, *n), key, folder->second, folder->second));
         }
       }
       r.no_other_keys();
@@ -299,10 +306,15 @@ LabSpec load_spec(const std::string& path) {
       run.timeout_s = r.num("timeout_s", 0);
       run.save_model = r.flag("save_model", false);
       r.no_other_keys();
-      if (!names.insert(run.name).second) throw ConfigError(fmt::format("{}: duplicate run name '{}'", where(path, e), run.name));
-      if (run.ranks < 1 || run.ranks > 16) throw ConfigError(fmt::format("{}: run '{}': ranks must be in 1..16", where(path, e), run.name));
+      if (!names.insert(run.name).second) {
+        throw ConfigError(fmt::format("{}: duplicate run name '{}'", where(path, e), run.name));
+      }
+      if (run.ranks < 1 || run.ranks > 16) {
+        throw ConfigError(fmt::format("{}: run '{}': ranks must be in 1..16", where(path, e), run.name));
+      }
       if (run.program != "lab" && run.program != "reference") {
-        throw ConfigError(fmt::format("{}: run '{}': program must be \"lab\" or \"reference\"", where(path, e), run.name));
+        throw ConfigError(
+            fmt::format("{}: run '{}': program must be \"lab\" or \"reference\"", where(path, e), run.name));
       }
       for (const auto& a : run.args) {
         if (a == "--data" || a == "--report" || a == "--save-model") {
@@ -335,17 +347,25 @@ LabSpec load_spec(const std::string& path) {
       c.params = r.rest();
       c.param_lines = r.rest_lines();
       if (!std::regex_match(c.id, kId)) {
-        throw ConfigError(fmt::format("{}: check id '{}' must be snake_case (a-z, 0-9, _; a letter first)", where(path, e), c.id));
+        throw ConfigError(
+            fmt::format("{}: check id '{}' must be snake_case (a-z, 0-9, _; a letter first)", where(path, e), c.id));
       }
-      if (!check_ids.insert(c.id).second) throw ConfigError(fmt::format("{}: duplicate check id '{}'", where(path, e), c.id));
+      if (!check_ids.insert(c.id).second) {
+        throw ConfigError(fmt::format("{}: duplicate check id '{}'", where(path, e), c.id));
+      }
       if (c.points < 0) throw ConfigError(fmt::format("{}: check '{}': points must be >= 0", where(path, e), c.name));
-      if (!check_names.insert(c.name).second) throw ConfigError(fmt::format("{}: duplicate check name '{}'", where(path, e), c.name));
+      if (!check_names.insert(c.name).second) {
+        throw ConfigError(fmt::format("{}: duplicate check name '{}'", where(path, e), c.name));
+      }
       if (!c.exercise.empty() && std::find(s.exercises.begin(), s.exercises.end(), c.exercise) == s.exercises.end()) {
-        throw ConfigError(fmt::format("{}: check '{}': exercise {} is not one of the lab's exercises ({})", where(path, e),
-                                      c.name, c.exercise, fmt::join(s.exercises, ", ")));
+        throw ConfigError(fmt::format("{}: check '{}': exercise {} is not one of the lab's exercises ({})",
+                                      where(path, e), c.name, c.exercise, fmt::join(s.exercises, ", ")));
       }
       for (const auto& rn : c.runs) {
-        if (!names.count(rn)) throw ConfigError(fmt::format("{}: check '{}' reads run '{}', which no [[run]] defines", where(path, e), c.name, rn));
+        if (!names.count(rn)) {
+          throw ConfigError(
+              fmt::format("{}: check '{}' reads run '{}', which no [[run]] defines", where(path, e), c.name, rn));
+        }
       }
       validate_check(s, c);
       s.checks.push_back(std::move(c));
@@ -357,7 +377,9 @@ LabSpec load_spec(const std::string& path) {
 
 std::vector<std::string> spec_paths(const std::string& source_root) {
   const fs::path labs = fs::path(source_root) / "labs";
-  if (!fs::is_directory(labs)) throw ConfigError(fmt::format("{}: not a ddplab source tree (no labs/ folder)", source_root));
+  if (!fs::is_directory(labs)) {
+    throw ConfigError(fmt::format("{}: not a ddplab source tree (no labs/ folder)", source_root));
+  }
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(labs)) {
     const auto spec = e.path() / "grade.toml";
@@ -388,7 +410,9 @@ LabSpec find_spec(const std::string& source_root, const std::string& lab) {
     ids.push_back(id);
     if (id == want) exact = p;
     // A prefix must end at a word boundary: "lab03" matches "lab03_sampler", "lab0" nothing.
-    if (id.size() > want.size() && id.compare(0, want.size(), want) == 0 && id[want.size()] == '_') matches.push_back(id);
+    if (id.size() > want.size() && id.compare(0, want.size(), want) == 0 && id[want.size()] == '_') {
+      matches.push_back(id);
+    }
   }
   if (!exact.empty()) return load_spec(exact);
   if (matches.size() == 1) return load_spec((fs::path(source_root) / "labs" / matches[0] / "grade.toml").string());

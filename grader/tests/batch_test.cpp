@@ -86,7 +86,9 @@ TEST_F(Batch, EachStudentIsGradedAsASubmissionAndABrokenOneDoesNotStopTheBatch) 
     seen.push_back(o);
     if (o.submission.find("bob") != std::string::npos) throw ddplab::Error("bob.zip: unzip failed (status 9)");
     std::vector<LabResult> rs;
-    for (const auto& s : specs) rs.push_back(result(s.id, o.submission.find("alice") != std::string::npos ? 10 : 4, 10));
+    for (const auto& s : specs) {
+      rs.push_back(result(s.id, o.submission.find("alice") != std::string::npos ? 10 : 4, 10));
+    }
     rs.back().not_attempted = {"03.2"};
     return rs;
   };
@@ -94,8 +96,8 @@ TEST_F(Batch, EachStudentIsGradedAsASubmissionAndABrokenOneDoesNotStopTheBatch) 
   o.out_dir = (dir_ / "out").string();
   o.tree = "solutions";
   std::string printed;
-  const auto book = grade_batch({lab("lab03_sampler", 10)}, o, (dir_ / "in").string(),
-                                [&](const std::string& s) { printed += s; }, fake);
+  const auto book = grade_batch(
+      {lab("lab03_sampler", 10)}, o, (dir_ / "in").string(), [&](const std::string& s) { printed += s; }, fake);
   ASSERT_EQ(seen.size(), 3u);
   EXPECT_EQ(seen[0].tree, "submission");
   EXPECT_EQ(seen[0].submission, fs::absolute(dir_ / "in" / "alice").string());
@@ -104,10 +106,11 @@ TEST_F(Batch, EachStudentIsGradedAsASubmissionAndABrokenOneDoesNotStopTheBatch) 
   EXPECT_TRUE(fs::exists(dir_ / "out" / "alice" / "results.json"));
   EXPECT_TRUE(fs::exists(dir_ / "out" / "carol" / "junit.xml"));
   EXPECT_FALSE(fs::exists(dir_ / "out" / "bob" / "results.json"));
-  const std::string csv = "student,lab,score,max_score,not_attempted,build_error\n"
-                          "alice,lab03_sampler,10,10,03.2,\n"
-                          "bob,lab03_sampler,0,10,,bob.zip: unzip failed (status 9)\n"
-                          "carol,lab03_sampler,4,10,03.2,\n";
+  const std::string csv =
+      "student,lab,score,max_score,not_attempted,build_error\n"
+      "alice,lab03_sampler,10,10,03.2,\n"
+      "bob,lab03_sampler,0,10,,bob.zip: unzip failed (status 9)\n"
+      "carol,lab03_sampler,4,10,03.2,\n";
   EXPECT_EQ(book.csv(), csv);
   EXPECT_EQ(read(dir_ / "out" / "gradebook.csv"), csv);
   EXPECT_NE(printed.find("== alice\n"), std::string::npos);
@@ -118,7 +121,8 @@ TEST_F(Batch, EachStudentIsGradedAsASubmissionAndABrokenOneDoesNotStopTheBatch) 
   const GradeFn config_error = [](const std::vector<LabSpec>&, const GradeOptions&) -> std::vector<LabResult> {
     throw ddplab::ConfigError("--check: no check of lab03_sampler matches");
   };
-  EXPECT_THROW(grade_batch({lab("lab03_sampler", 10)}, o, (dir_ / "in").string(), [](const std::string&) {}, config_error),
+  EXPECT_THROW(grade_batch(
+                   {lab("lab03_sampler", 10)}, o, (dir_ / "in").string(), [](const std::string&) {}, config_error),
                ddplab::ConfigError);
 }
 
@@ -151,7 +155,8 @@ TEST_F(Batch, CalibrationStoresEachFigureByLabAndCheckId) {
   };
   const std::string path = (dir_ / "calibration.json").string();
   std::string printed;
-  const auto cal = calibrate({lab("lab01_baseline", 10)}, o, path, [&](const std::string& s) { printed += s; }, fake);
+  const auto cal = calibrate(
+      {lab("lab01_baseline", 10)}, o, path, [&](const std::string& s) { printed += s; }, fake);
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0].tree, "solutions");  // always the reference solutions
   EXPECT_TRUE(seen[0].submission.empty());

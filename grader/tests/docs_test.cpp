@@ -61,7 +61,8 @@ std::vector<std::string> params_table() {
   std::vector<std::string> t = {"| kind | parameter | type | default | meaning |", "|---|---|---|---|---|"};
   for (const CheckKind* k : check_registry()) {
     for (const auto& p : k->params) {
-      t.push_back(row({"`" + k->name + "`", "`" + p.name + "`", param_type_name(p.type), default_of(p), meaning_of(p)}));
+      t.push_back(
+          row({"`" + k->name + "`", "`" + p.name + "`", param_type_name(p.type), default_of(p), meaning_of(p)}));
     }
   }
   return t;
@@ -94,7 +95,8 @@ void expect_same(const std::vector<std::string>& guide, const std::vector<std::s
     const std::string c = i < code.size() ? code[i] : "(not in the registry)";
     if (g != c) {
       ADD_FAILURE() << "docs/instructor-guide.md, " << what << ", row " << i + 1 << ":\n  guide:    " << g
-                    << "\n  registry: " << c << "\nThe table as the registry has it:\n" << want;
+                    << "\n  registry: " << c << "\nThe table as the registry has it:\n"
+                    << want;
       return;
     }
   }

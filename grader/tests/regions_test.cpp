@@ -39,11 +39,13 @@ void expect_error(const std::string& text, const std::string& what) {
 
 TEST(Regions, RejectsMalformedNestedUnclosedAndDuplicateRegions) {
   expect_error("// BEGIN STUDENT CODE 03.2\n// END STUDENT CODE\n", "x.cpp:1: malformed marker");
-  expect_error("// BEGIN STUDENT CODE (03.1: a)\n// BEGIN STUDENT CODE (03.2: b)\n", "x.cpp:2: BEGIN STUDENT CODE inside region 03.1");
+  expect_error("// BEGIN STUDENT CODE (03.1: a)\n// BEGIN STUDENT CODE (03.2: b)\n",
+               "x.cpp:2: BEGIN STUDENT CODE inside region 03.1");
   expect_error("x\n// END STUDENT CODE\n", "x.cpp:2: END STUDENT CODE without a BEGIN");
   expect_error("// BEGIN STUDENT CODE (03.1: a)\nx\n", "x.cpp:1: region 03.1 is never closed");
-  expect_error("// BEGIN STUDENT CODE (03.1: a)\n// END STUDENT CODE\n// BEGIN STUDENT CODE (03.1: a)\n// END STUDENT CODE\n",
-               "x.cpp:3: region 03.1 appears twice");
+  expect_error(
+      "// BEGIN STUDENT CODE (03.1: a)\n// END STUDENT CODE\n// BEGIN STUDENT CODE (03.1: a)\n// END STUDENT CODE\n",
+      "x.cpp:3: region 03.1 appears twice");
 }
 
 TEST(Regions, HandoutIdsAreThisLabsOnly) {

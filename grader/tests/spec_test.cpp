@@ -87,14 +87,16 @@ TEST_F(Scratch, ParsesASpecWithKindSpecificParameters) {
   EXPECT_EQ(c.param_lines.at("at"), 20);
   EXPECT_FALSE(c.params.contains("points"));
   // The kind's defaults are filled in, so checks read declared parameters only.
-  EXPECT_EQ(c.text("diagnosis_start"), "initial weights not broadcast from rank 0: every rank trains its own random model");
+  EXPECT_EQ(c.text("diagnosis_start"),
+            "initial weights not broadcast from rank 0: every rank trains its own random model");
   EXPECT_THROW(c.number("tolerance"), UndeclaredParameter);
   EXPECT_DOUBLE_EQ(s.max_score(), 40);
 }
 
 TEST_F(Scratch, ErrorsNameTheFileTheLineAndTheProblem) {
   EXPECT_NE(error_of("[lab]\nid = \n").find("grade.toml:2"), std::string::npos);  // TOML syntax
-  EXPECT_NE(error_of(spec_text("run = \"nowhere\"\n").replace(spec_text().find("run = \"r\""), 9, "")).find("no [[run]] defines"),
+  EXPECT_NE(error_of(spec_text("run = \"nowhere\"\n").replace(spec_text().find("run = \"r\""), 9, ""))
+                .find("no [[run]] defines"),
             std::string::npos);
   EXPECT_NE(error_of(spec_text("visibility = \"sometimes\"\n")).find("visibility 'sometimes'"), std::string::npos);
   EXPECT_NE(error_of(spec_text() + "[limits]\nmemroy_mb = 1\n").find("unknown key 'memroy_mb'"), std::string::npos);
@@ -137,8 +139,9 @@ TEST_F(Scratch, CheckParametersAreValidatedAtLoad) {
       << typo;
   auto wrong = spec_text();
   wrong.replace(wrong.find("at = \"end\""), 10, "at = 1");
-  EXPECT_NE(error_of(wrong).find("grade.toml:20: check \"same parameters\" (consistency): parameter 'at' must be a string, "
-                                 "not 1"),
+  EXPECT_NE(error_of(wrong).find(
+                "grade.toml:20: check \"same parameters\" (consistency): parameter 'at' must be a string, "
+                "not 1"),
             std::string::npos)
       << error_of(wrong);
   const auto missing = error_of(spec_text("\n[[check]]\nid = \"tests\"\nkind = \"unit_tests\"\nname = \"tests\"\n"));
@@ -148,8 +151,10 @@ TEST_F(Scratch, CheckParametersAreValidatedAtLoad) {
 }
 
 TEST_F(Scratch, CheckSelectionKeepsOnlyTheRunsItNeeds) {
-  auto text = spec_text() + "\n[[run]]\nname = \"other\"\n\n[[check]]\nid = \"other_runs\"\nkind = \"run_ok\"\nname = \"other runs\"\n"
-                            "run = \"other\"\npoints = 1\n";
+  auto text =
+      spec_text() +
+      "\n[[run]]\nname = \"other\"\n\n[[check]]\nid = \"other_runs\"\nkind = \"run_ok\"\nname = \"other runs\"\n"
+      "run = \"other\"\npoints = 1\n";
   const auto s = load_spec(write("grade.toml", text));
   GradeOptions o;
   o.only_checks = {"other"};
@@ -188,11 +193,13 @@ TEST_F(Scratch, EveryLabOfTheKitHasAValidSpec) {
 // A spec in labs/<folder>/ declares only what the folder cannot say: its id, program, manifest and
 // exercises come from the folder, solutions/<folder>/ and the STUDENT CODE regions there.
 TEST_F(Scratch, ALabsFolderGivesItsIdManifestAndExercises) {
-  const std::string body = "[lab]\ntitle = \"Lab 09\"\n\n[[check]]\nid = \"t\"\nkind = \"unit_tests\"\nname = \"t\"\n"
-                           "exercise = \"09.10\"\nfilter = \"*\"\n";
+  const std::string body =
+      "[lab]\ntitle = \"Lab 09\"\n\n[[check]]\nid = \"t\"\nkind = \"unit_tests\"\nname = \"t\"\n"
+      "exercise = \"09.10\"\nfilter = \"*\"\n";
   const auto spec = write("kit/labs/lab09_x/grade.toml", body);
-  const std::string regions = "// BEGIN STUDENT CODE (09.2: b)\n// END STUDENT CODE\n// BEGIN STUDENT CODE (09.10: c)\n"
-                              "// END STUDENT CODE\n";
+  const std::string regions =
+      "// BEGIN STUDENT CODE (09.2: b)\n// END STUDENT CODE\n// BEGIN STUDENT CODE (09.10: c)\n"
+      "// END STUDENT CODE\n";
   write("kit/solutions/lab09_x/lab09_student.cpp", regions);
   write("kit/solutions/lab09_x/lab09_a.h", "// BEGIN STUDENT CODE (09.1: a)\n// END STUDENT CODE\n");
   write("kit/labs/lab09_x/lab09_student.cpp", regions);
@@ -206,12 +213,14 @@ TEST_F(Scratch, ALabsFolderGivesItsIdManifestAndExercises) {
   EXPECT_EQ(find_spec((dir_ / "kit").string(), "lab09").id, "lab09_x");
 
   // What the folder gives is not written again, and the folder must agree with itself.
-  write("kit/labs/lab09_x/grade.toml", "[lab]\ntitle = \"Lab 09\"\nmanifest = [\"lab09_student.cpp\"]\n" + body.substr(23));
+  write("kit/labs/lab09_x/grade.toml",
+        "[lab]\ntitle = \"Lab 09\"\nmanifest = [\"lab09_student.cpp\"]\n" + body.substr(23));
   EXPECT_NE(error_of_file(spec).find("grade.toml:3: [lab] manifest follows from the lab's folder"), std::string::npos)
       << error_of_file(spec);
   write("kit/labs/lab09_x/grade.toml", body);
   fs::remove(dir_ / "kit/labs/lab09_x/lab09_a.h");
-  EXPECT_NE(error_of_file(spec).find("solutions/lab09_x/lab09_a.h has no skeleton labs/lab09_x/lab09_a.h"), std::string::npos);
+  EXPECT_NE(error_of_file(spec).find("solutions/lab09_x/lab09_a.h has no skeleton labs/lab09_x/lab09_a.h"),
+            std::string::npos);
   fs::remove_all(dir_ / "kit/solutions/lab09_x");
   EXPECT_NE(error_of_file(spec).find("has no solutions/lab09_x/"), std::string::npos);
 }
@@ -242,7 +251,9 @@ TEST_F(Scratch, SubmissionsGiveOnlyTheirManifestFiles) {
 }
 
 TEST_F(Scratch, ZippedSubmissionsAreUnpackedInTheScratchFolder) {
-  if (std::system("command -v zip >/dev/null 2>&1") != 0) GTEST_FAIL() << "zip is needed (tools/setup-debian.sh installs it)";
+  if (std::system("command -v zip >/dev/null 2>&1") != 0) {
+    GTEST_FAIL() << "zip is needed (tools/setup-debian.sh installs it)";
+  }
   const auto s = load_spec(write("grade.toml", spec_text()));
   write("kit/labs/lab09_x/lab09_student.cpp", "skeleton\n");
   write("z/lab09_student.cpp", "zipped\n");
@@ -276,12 +287,15 @@ TEST(Kit, EveryPlantedBugNamesAFileAndACheckOfItsLab) {
       const auto diagnosis = t["diagnosis"].value<std::string>();
       ASSERT_TRUE(file && check && diagnosis) << where << "/expect.toml needs file, check and diagnosis";
       EXPECT_EQ(t.size(), 3u) << where << "/expect.toml: only file, check and diagnosis";
-      EXPECT_NE(std::find(spec.manifest.begin(), spec.manifest.end(), *file), spec.manifest.end()) << where << ": " << *file;
-      const bool known = std::any_of(spec.checks.begin(), spec.checks.end(), [&](const CheckSpec& c) { return c.id == *check; });
+      EXPECT_NE(std::find(spec.manifest.begin(), spec.manifest.end(), *file), spec.manifest.end())
+          << where << ": " << *file;
+      const bool known =
+          std::any_of(spec.checks.begin(), spec.checks.end(), [&](const CheckSpec& c) { return c.id == *check; });
       EXPECT_TRUE(known) << where << ": no check with id '" << *check << "' in " << spec.path;
       const std::string find = read_file(e.path() / "find.txt");
       EXPECT_FALSE(find.empty()) << where;
-      EXPECT_NE(read_file(fs::path(DDPLAB_TEST_SOURCE_ROOT) / "solutions" / spec.folder / *file).find(find), std::string::npos)
+      EXPECT_NE(read_file(fs::path(DDPLAB_TEST_SOURCE_ROOT) / "solutions" / spec.folder / *file).find(find),
+                std::string::npos)
           << where << "/find.txt no longer occurs in the solution";
     }
   }

@@ -12,9 +12,10 @@ void check_auc(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   r.figure = e.auc;
   const double tol = c.number("tolerance");
   const auto [ref, source] = reference_figure(c, ctx);
-  const std::string obs = fmt::format("test AUC {:.4f} on {} samples (computed by the grader from the saved model); "
-                                      "reference {:.4f} from {}, tolerance {}",
-                                      e.auc, e.samples, ref, source, tol);
+  const std::string obs = fmt::format(
+      "test AUC {:.4f} on {} samples (computed by the grader from the saved model); "
+      "reference {:.4f} from {}, tolerance {}",
+      e.auc, e.samples, ref, source, tol);
   if (e.auc >= ref - tol) {
     pass(r, obs);
   } else {
@@ -24,17 +25,17 @@ void check_auc(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
 
 }  // namespace
 
-const CheckKind kAuc = {
-    "auc",
-    "the grader's own test AUC of the saved model >= reference - `tolerance`",
-    RunArity::kOne,
-    {{"tolerance", ParamType::kNumber, 0.01, "how far below the reference the AUC may be"},
-     {"eval_samples", ParamType::kInteger, 0, "test samples to evaluate (0: the whole test split)"},
-     {"reference", ParamType::kNumber, nullptr, "the reference AUC where this machine is not calibrated",
-      Presence::kOptional}},
-    "the model learns less than the reference: check the loss, the learning rate and that gradients are averaged, not "
-    "summed or dropped",
-    check_auc,
-    runs_save_models};
+const CheckKind kAuc =
+    {"auc",
+     "the grader's own test AUC of the saved model >= reference - `tolerance`",
+     RunArity::kOne,
+     {{"tolerance", ParamType::kNumber, 0.01, "how far below the reference the AUC may be"},
+      {"eval_samples", ParamType::kInteger, 0, "test samples to evaluate (0: the whole test split)"},
+      {"reference", ParamType::kNumber, nullptr, "the reference AUC where this machine is not calibrated",
+       Presence::kOptional}},
+     "the model learns less than the reference: check the loss, the learning rate and that gradients are averaged, not "
+     "summed or dropped",
+     check_auc,
+     runs_save_models};
 
 }  // namespace ddplab::grader::checks

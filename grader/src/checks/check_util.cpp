@@ -32,7 +32,9 @@ uint64_t parse_hex(const std::string& s, const std::string& what) {
 
 }  // namespace
 
-std::string where(const GradeContext& ctx, const CheckSpec& c) { return fmt::format("{}:{} ({})", ctx.spec.path, c.line, c.name); }
+std::string where(const GradeContext& ctx, const CheckSpec& c) {
+  return fmt::format("{}:{} ({})", ctx.spec.path, c.line, c.name);
+}
 
 void fail(CheckResult& r, std::string observed, std::string diagnosis, std::string details) {
   r.status = Status::kFailed;
@@ -81,14 +83,16 @@ bool runs_usable(const CheckSpec& c, GradeContext& ctx, CheckResult& r, bool nee
         std::find(run.not_attempted.begin(), run.not_attempted.end(), c.exercise) != run.not_attempted.end()) {
       r.status = Status::kNotAttempted;
       r.observed = fmt::format("exercise {} not attempted", c.exercise);
-      r.diagnosis = fmt::format("exercise {} still throws NotImplemented: implement its STUDENT CODE region", c.exercise);
+      r.diagnosis =
+          fmt::format("exercise {} still throws NotImplemented: implement its STUDENT CODE region", c.exercise);
       return false;
     }
     if (run.timed_out) {
       const std::string stall = stall_line(run.log_tail);
       fail(r, fmt::format("run '{}' ({} ranks) timed out: {}", name, run.ranks, run.summary),
-           stall.empty() ? "the program hangs or loops: a rank waits in a collective its peers never enter, or a loop never ends"
-                         : "a collective did not complete: " + stall,
+           stall.empty()
+               ? "the program hangs or loops: a rank waits in a collective its peers never enter, or a loop never ends"
+               : "a collective did not complete: " + stall,
            run.log_tail);
       return false;
     }
@@ -198,7 +202,8 @@ std::pair<double, std::string> reference_figure(const CheckSpec& c, const GradeC
   if (auto v = ctx.calibration.get(ctx.spec.id, c.id)) return {*v, "the reference solution on this machine"};
   const auto it = c.params.find("reference");
   if (it == c.params.end() || !it->is_number()) {
-    throw ConfigError(fmt::format("{}: no calibration on this machine and no 'reference' value in the spec", where(ctx, c)));
+    throw ConfigError(
+        fmt::format("{}: no calibration on this machine and no 'reference' value in the spec", where(ctx, c)));
   }
   return {it->get<double>(), "the spec's reference value (uncalibrated machine)"};
 }
@@ -216,7 +221,8 @@ std::vector<EpochView> epochs_of(const std::vector<json>& reps) {
       const int rank = static_cast<int>(k);
       const std::string base = fmt::format("epochs.{}.", e);
       out[e].set.push_back(parse_hex(field<std::string>(reps[k], base + "set_digest", rank), base + "set_digest"));
-      out[e].order.push_back(parse_hex(field<std::string>(reps[k], base + "order_digest", rank), base + "order_digest"));
+      out[e].order.push_back(
+          parse_hex(field<std::string>(reps[k], base + "order_digest", rank), base + "order_digest"));
       out[e].samples.push_back(field<uint64_t>(reps[k], base + "samples", rank));
       out[e].steps.push_back(field<uint64_t>(reps[k], base + "steps", rank));
     }
@@ -231,7 +237,9 @@ double unique_rate(const RunOutcome& run, uint64_t n) {
   const auto reps = reports(run);
   const auto epochs = epochs_of(reps);
   double wall = 0;
-  for (size_t k = 0; k < reps.size(); ++k) wall = std::max(wall, field<double>(reps[k], "phases.wall", static_cast<int>(k)));
+  for (size_t k = 0; k < reps.size(); ++k) {
+    wall = std::max(wall, field<double>(reps[k], "phases.wall", static_cast<int>(k)));
+  }
   uint64_t unique = 0;
   const uint64_t full = range_digest(n);
   for (const auto& ep : epochs) {

@@ -33,14 +33,17 @@ void check_comm_budget(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
     }
     if (k == 0) obs = fmt::format("rank 0: {:.1f} {} call(s) and {:.2f} MB per step", calls, op, bytes / 1e6);
     if ((has_calls && calls > max_calls) || (has_bytes && bytes > max_bytes)) {
-      fail(r, fmt::format("rank {}: {:.1f} {} call(s), {:.2f} MB per step; budget {} calls, {}", k, calls, op, bytes / 1e6,
-                          has_calls ? fmt::format("{}", max_calls) : "unlimited", limit(c, "max_bytes_per_step", 1e6, "MB")),
+      fail(r,
+           fmt::format("rank {}: {:.1f} {} call(s), {:.2f} MB per step; budget {} calls, {}", k, calls, op, bytes / 1e6,
+                       has_calls ? fmt::format("{}", max_calls) : "unlimited",
+                       limit(c, "max_bytes_per_step", 1e6, "MB")),
            c.text("diagnosis_over"));
       return;
     }
     if (bytes < min_bytes) {
-      fail(r, fmt::format("rank {}: {:.2f} MB of {} per step, less than the {:.2f} MB the gradients take", k, bytes / 1e6, op,
-                          min_bytes / 1e6),
+      fail(r,
+           fmt::format("rank {}: {:.2f} MB of {} per step, less than the {:.2f} MB the gradients take", k, bytes / 1e6,
+                       op, min_bytes / 1e6),
            c.text("diagnosis_under"));
       return;
     }

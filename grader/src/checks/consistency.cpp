@@ -15,7 +15,8 @@ void check_consistency(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
     fin.push_back(field<std::string>(reps[k], "params.final_digest", static_cast<int>(k)));
   }
   if (reps.size() < 2) {
-    fail(r, fmt::format("run '{}' has {} rank(s): nothing to compare", c.runs[0], reps.size()), "the run did not start every rank");
+    fail(r, fmt::format("run '{}' has {} rank(s): nothing to compare", c.runs[0], reps.size()),
+         "the run did not start every rank");
     return;
   }
   for (size_t k = 1; k < reps.size(); ++k) {
@@ -38,21 +39,22 @@ void check_consistency(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
 
 }  // namespace
 
-const CheckKind kConsistency = {
-    "consistency",
-    "the ranks' parameter digests are equal (at the start, the end or both)",
-    RunArity::kOne,
-    {{"at", ParamType::kString, "both", "when the digests must agree", Presence::kDefault, {"start", "end", "both"}},
-     {"diagnosis_start", ParamType::kString,
-      "initial weights not broadcast from rank 0: every rank trains its own random model",
-      "the likely cause when they differ at the start"},
-     {"diagnosis_end", ParamType::kString, "gradients are not synchronised: each rank steps on its own gradients",
-      "the likely cause when they differ after training"}},
-    "",
-    check_consistency,
-    [](const CheckSpec& c, const LabSpec& lab) -> std::string {
-      const RunSpec& run = lab.run(c.runs[0]);
-      return run.ranks < 2 ? fmt::format("run '{}' has {} rank; consistency needs 2 or more", run.name, run.ranks) : "";
-    }};
+const CheckKind kConsistency =
+    {"consistency",
+     "the ranks' parameter digests are equal (at the start, the end or both)",
+     RunArity::kOne,
+     {{"at", ParamType::kString, "both", "when the digests must agree", Presence::kDefault, {"start", "end", "both"}},
+      {"diagnosis_start", ParamType::kString,
+       "initial weights not broadcast from rank 0: every rank trains its own random model",
+       "the likely cause when they differ at the start"},
+      {"diagnosis_end", ParamType::kString, "gradients are not synchronised: each rank steps on its own gradients",
+       "the likely cause when they differ after training"}},
+     "",
+     check_consistency,
+     [](const CheckSpec& c, const LabSpec& lab) -> std::string {
+       const RunSpec& run = lab.run(c.runs[0]);
+       return run.ranks < 2 ? fmt::format("run '{}' has {} rank; consistency needs 2 or more", run.name, run.ranks)
+                            : "";
+     }};
 
 }  // namespace ddplab::grader::checks

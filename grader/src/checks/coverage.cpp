@@ -20,7 +20,8 @@ std::vector<uint64_t> listed(const json& rep, const char* key, size_t world, uin
   if (!src->is_object() || !src->contains(key)) return out;
   const json& list = (*src)[key];
   const auto bad = [&] {
-    return Error(fmt::format("report: sampler.{} is not a list of at most {} sample indices below {}", key, world - 1, n));
+    return Error(
+        fmt::format("report: sampler.{} is not a list of at most {} sample indices below {}", key, world - 1, n));
   };
   if (!list.is_array()) throw bad();
   for (const auto& v : list) {
@@ -42,7 +43,8 @@ void check_coverage(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   const auto epochs = epochs_of(reps);
   const auto min_epochs = static_cast<size_t>(c.integer("min_epochs"));
   if (epochs.size() < min_epochs) {
-    fail(r, fmt::format("{} complete epoch(s) reported, {} needed", epochs.size(), min_epochs), c.text("diagnosis_epochs"));
+    fail(r, fmt::format("{} complete epoch(s) reported, {} needed", epochs.size(), min_epochs),
+         c.text("diagnosis_epochs"));
     return;
   }
   const uint64_t full = range_digest(n);
@@ -84,9 +86,10 @@ void check_coverage(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
       const char* why = samples > expect_samples   ? "diagnosis_duplicates"
                         : samples < expect_samples ? "diagnosis_missing"
                                                    : "diagnosis_mixed";
-      fail(r, fmt::format("epoch {}: the ranks saw {} samples in all, {} expected ({} + {} padded - {} dropped), and "
-                          "their set digests do not add up to [0, {})",
-                          e, samples, expect_samples, n, padded.size(), dropped.size(), n),
+      fail(r,
+           fmt::format("epoch {}: the ranks saw {} samples in all, {} expected ({} + {} padded - {} dropped), and "
+                       "their set digests do not add up to [0, {})",
+                       e, samples, expect_samples, n, padded.size(), dropped.size(), n),
            c.text(why));
       return;
     }
@@ -94,7 +97,8 @@ void check_coverage(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   if (check_order && epochs.size() >= 2) {
     for (size_t k = 0; k < world; ++k) {
       if (epochs[0].order[k] == epochs[1].order[k]) {
-        fail(r, fmt::format("rank {} visited its samples in the same order in epoch 0 and 1", k), c.text("diagnosis_order"));
+        fail(r, fmt::format("rank {} visited its samples in the same order in epoch 0 and 1", k),
+             c.text("diagnosis_order"));
         return;
       }
     }
@@ -102,58 +106,64 @@ void check_coverage(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   if (order_only) {
     pass(r, fmt::format("every rank visited its samples in a new order in each of {} epochs", epochs.size()));
   } else if (expect == "replicated") {
-    pass(r, fmt::format("each of the {} ranks processed all {} samples in every epoch: {} processed per epoch for {} unique",
-                        world, n, world * n, n));
+    pass(r, fmt::format(
+                "each of the {} ranks processed all {} samples in every epoch: {} processed per epoch for {} unique",
+                world, n, world * n, n));
   } else {
-    pass(r, fmt::format("{} epoch(s): every sample of [0, {}) seen exactly once across {} ranks (+ documented padding), "
-                        "equal step counts{}",
-                        epochs.size(), n, world, check_order && epochs.size() >= 2 ? ", a new order each epoch" : ""));
+    pass(r,
+         fmt::format("{} epoch(s): every sample of [0, {}) seen exactly once across {} ranks (+ documented padding), "
+                     "equal step counts{}",
+                     epochs.size(), n, world, check_order && epochs.size() >= 2 ? ", a new order each epoch" : ""));
   }
 }
 
 }  // namespace
 
-const CheckKind kCoverage = {
-    "coverage",
-    "partitioned: per epoch the ranks' sample-set digests add up to [0, n) plus the padded and minus the dropped "
-    "indices, with equal step counts and a new order each epoch; replicated: every rank saw all of [0, n)",
-    RunArity::kOne,
-    {{"expect", ParamType::kString, "partitioned", "how the ranks share the data set", Presence::kDefault,
-      {"partitioned", "replicated"}},
-     {"check_order", ParamType::kBool, true, "also require every rank's order in epoch 1 to differ from epoch 0's"},
-     {"order_only", ParamType::kBool, false, "check only the new order each epoch (needs min_epochs >= 2)"},
-     {"min_epochs", ParamType::kInteger, 1, "complete epochs the run must report"},
-     {"diagnosis_epochs", ParamType::kString, "the run ended before its epochs were done",
-      "the likely cause of fewer epochs than min_epochs"},
-     {"diagnosis_uneven", ParamType::kString,
-      "uneven shards: ranks take different step counts, so one waits at a collective for a peer that has finished "
-      "(pad the tail or drop it)",
-      "the likely cause of ranks taking different step counts"},
-     {"diagnosis_replicated", ParamType::kString, "every rank must iterate the whole data set",
-      "the likely cause of a rank missing samples (expect = replicated)"},
-     {"diagnosis_identical", ParamType::kString,
-      "no sampler: every rank iterates the whole data set in the same order, so N processes do the work of one",
-      "the likely cause of every rank processing identical batches"},
-     {"diagnosis_duplicates", ParamType::kString, "samples seen more than once across ranks: the shards overlap",
-      "the likely cause of more samples than the data set (plus padding)"},
-     {"diagnosis_missing", ParamType::kString,
-      "samples never seen in the epoch: the shards do not cover the data set, or a tail was dropped without "
-      "reporting it",
-      "the likely cause of fewer samples than the data set (minus the dropped tail)"},
-     {"diagnosis_mixed", ParamType::kString,
-      "the right number of samples but not the right ones: some seen twice and others never",
-      "the likely cause of the right count but the wrong samples"},
-     {"diagnosis_order", ParamType::kString,
-      "same order in every epoch: set_epoch not called, or the shuffle ignores the epoch",
-      "the likely cause of a rank visiting its samples in the same order in epochs 0 and 1"}},
-    "",
-    check_coverage,
-    [](const CheckSpec& c, const LabSpec&) -> std::string {
-      if (c.integer("min_epochs") < 1) return "min_epochs must be >= 1";
-      if (c.flag("order_only") && c.integer("min_epochs") < 2) {
-        return "order_only needs a run of 2 or more epochs (min_epochs = 2)";
-      }
-      return "";
-    }};
+const CheckKind kCoverage =
+    {"coverage",
+     "partitioned: per epoch the ranks' sample-set digests add up to [0, n) plus the padded and minus the dropped "
+     "indices, with equal step counts and a new order each epoch; replicated: every rank saw all of [0, n)",
+     RunArity::kOne,
+     {{"expect",
+       ParamType::kString,
+       "partitioned",
+       "how the ranks share the data set",
+       Presence::kDefault,
+       {"partitioned", "replicated"}},
+      {"check_order", ParamType::kBool, true, "also require every rank's order in epoch 1 to differ from epoch 0's"},
+      {"order_only", ParamType::kBool, false, "check only the new order each epoch (needs min_epochs >= 2)"},
+      {"min_epochs", ParamType::kInteger, 1, "complete epochs the run must report"},
+      {"diagnosis_epochs", ParamType::kString, "the run ended before its epochs were done",
+       "the likely cause of fewer epochs than min_epochs"},
+      {"diagnosis_uneven", ParamType::kString,
+       "uneven shards: ranks take different step counts, so one waits at a collective for a peer that has finished "
+       "(pad the tail or drop it)",
+       "the likely cause of ranks taking different step counts"},
+      {"diagnosis_replicated", ParamType::kString, "every rank must iterate the whole data set",
+       "the likely cause of a rank missing samples (expect = replicated)"},
+      {"diagnosis_identical", ParamType::kString,
+       "no sampler: every rank iterates the whole data set in the same order, so N processes do the work of one",
+       "the likely cause of every rank processing identical batches"},
+      {"diagnosis_duplicates", ParamType::kString, "samples seen more than once across ranks: the shards overlap",
+       "the likely cause of more samples than the data set (plus padding)"},
+      {"diagnosis_missing", ParamType::kString,
+       "samples never seen in the epoch: the shards do not cover the data set, or a tail was dropped without "
+       "reporting it",
+       "the likely cause of fewer samples than the data set (minus the dropped tail)"},
+      {"diagnosis_mixed", ParamType::kString,
+       "the right number of samples but not the right ones: some seen twice and others never",
+       "the likely cause of the right count but the wrong samples"},
+      {"diagnosis_order", ParamType::kString,
+       "same order in every epoch: set_epoch not called, or the shuffle ignores the epoch",
+       "the likely cause of a rank visiting its samples in the same order in epochs 0 and 1"}},
+     "",
+     check_coverage,
+     [](const CheckSpec& c, const LabSpec&) -> std::string {
+       if (c.integer("min_epochs") < 1) return "min_epochs must be >= 1";
+       if (c.flag("order_only") && c.integer("min_epochs") < 2) {
+         return "order_only needs a run of 2 or more epochs (min_epochs = 2)";
+       }
+       return "";
+     }};
 
 }  // namespace ddplab::grader::checks

@@ -32,24 +32,24 @@ void check_output(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
 
 }  // namespace
 
-const CheckKind kOutput = {
-    "output",
-    "the run's output has a line matching each regular expression",
-    RunArity::kOne,
-    {{"regex", ParamType::kStringList, nullptr, "ECMAScript regular expressions, each to match somewhere in the output",
-      Presence::kRequired}},
-    "the program does not print the figure the lab asks for",
-    check_output,
-    [](const CheckSpec& c, const LabSpec&) -> std::string {
-      if (c.texts("regex").empty()) return "regex must list at least one pattern";
-      for (const auto& p : c.texts("regex")) {
-        try {
-          std::regex re(p);
-        } catch (const std::regex_error& e) {
-          return fmt::format("bad regex '{}': {}", p, e.what());
-        }
-      }
-      return "";
-    }};
+const CheckKind kOutput = {"output",
+                           "the run's output has a line matching each regular expression",
+                           RunArity::kOne,
+                           {{"regex", ParamType::kStringList, nullptr,
+                             "ECMAScript regular expressions, each to match somewhere in the output",
+                             Presence::kRequired}},
+                           "the program does not print the figure the lab asks for",
+                           check_output,
+                           [](const CheckSpec& c, const LabSpec&) -> std::string {
+                             if (c.texts("regex").empty()) return "regex must list at least one pattern";
+                             for (const auto& p : c.texts("regex")) {
+                               try {
+                                 std::regex re(p);
+                               } catch (const std::regex_error& e) {
+                                 return fmt::format("bad regex '{}': {}", p, e.what());
+                               }
+                             }
+                             return "";
+                           }};
 
 }  // namespace ddplab::grader::checks

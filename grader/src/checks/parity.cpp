@@ -41,9 +41,10 @@ void check_parity(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   const uint64_t count = eval_count(c.integer("eval_samples"), ctx);
   const ModelScore a1 = evaluate_saved(one.model, ctx, count), aN = evaluate_saved(many.model, ctx, count);
   r.figure = aN.auc - a1.auc;
-  const std::string obs = fmt::format("{} ranks vs 1 process at the same global batch: largest per-step loss gap {:.2e} "
-                                      "(step {}, tolerance {}), test AUC {:.4f} vs {:.4f} (tolerance {})",
-                                      many.ranks, worst, worst_step, loss_tol, aN.auc, a1.auc, auc_tol);
+  const std::string obs = fmt::format(
+      "{} ranks vs 1 process at the same global batch: largest per-step loss gap {:.2e} "
+      "(step {}, tolerance {}), test AUC {:.4f} vs {:.4f} (tolerance {})",
+      many.ranks, worst, worst_step, loss_tol, aN.auc, a1.auc, auc_tol);
   if (worst <= loss_tol && std::abs(aN.auc - a1.auc) <= auc_tol) {
     pass(r, obs);
   } else {
@@ -53,21 +54,21 @@ void check_parity(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
 
 }  // namespace
 
-const CheckKind kParity = {
-    "parity",
-    "per-step mean loss over ranks within tolerance of one process's, and the grader's AUCs of both saved models "
-    "within tolerance",
-    RunArity::kTwo,
-    {{"loss_tolerance", ParamType::kNumber, 0.02, "largest allowed gap between the per-step losses"},
-     {"auc_tolerance", ParamType::kNumber, 0.01, "largest allowed gap between the two test AUCs"},
-     {"eval_samples", ParamType::kInteger, 0, "test samples to evaluate (0: the whole test split)"},
-     {"diagnosis_steps", ParamType::kString,
-      "the ranks do not split each global batch: with N ranks x batch B, every rank takes the steps one process "
-      "takes at batch N x B",
-      "the likely cause when the step counts differ"}},
-    "the ranks do not train the model one process trains: gradients summed instead of averaged, a rank skipping the "
-    "sync, or batches that are not one global batch",
-    check_parity,
-    runs_save_models};
+const CheckKind kParity =
+    {"parity",
+     "per-step mean loss over ranks within tolerance of one process's, and the grader's AUCs of both saved models "
+     "within tolerance",
+     RunArity::kTwo,
+     {{"loss_tolerance", ParamType::kNumber, 0.02, "largest allowed gap between the per-step losses"},
+      {"auc_tolerance", ParamType::kNumber, 0.01, "largest allowed gap between the two test AUCs"},
+      {"eval_samples", ParamType::kInteger, 0, "test samples to evaluate (0: the whole test split)"},
+      {"diagnosis_steps", ParamType::kString,
+       "the ranks do not split each global batch: with N ranks x batch B, every rank takes the steps one process "
+       "takes at batch N x B",
+       "the likely cause when the step counts differ"}},
+     "the ranks do not train the model one process trains: gradients summed instead of averaged, a rank skipping the "
+     "sync, or batches that are not one global batch",
+     check_parity,
+     runs_save_models};
 
 }  // namespace ddplab::grader::checks

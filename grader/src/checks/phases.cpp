@@ -9,9 +9,12 @@ namespace {
 
 /// `text` with {phase} and {Phase} replaced by the phase's name, lower and capitalised.
 std::string with_phase(std::string text, const std::string& p) {
-  const std::string cap = p.empty() ? p : static_cast<char>(std::toupper(static_cast<unsigned char>(p[0]))) + p.substr(1);
+  const std::string cap =
+      p.empty() ? p : static_cast<char>(std::toupper(static_cast<unsigned char>(p[0]))) + p.substr(1);
   for (const auto& [key, value] : {std::pair<std::string, std::string>{"{phase}", p}, {"{Phase}", cap}}) {
-    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size())) text.replace(at, key.size(), value);
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size())) {
+      text.replace(at, key.size(), value);
+    }
   }
   return text;
 }
@@ -36,16 +39,15 @@ void check_phases(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
 
 }  // namespace
 
-const CheckKind kPhases = {
-    "phases",
-    "each phase has positive time on every rank",
-    RunArity::kOne,
-    {{"phases", ParamType::kStringList, json::array({"forward", "backward", "optimizer"}),
-      "the report's phase names that must be timed"}},
-    "the {phase} part of the step is not timed: wrap it in timer.scope(ddplab::Phase::k{Phase})",
-    check_phases,
-    [](const CheckSpec& c, const LabSpec&) -> std::string {
-      return c.texts("phases").empty() ? "phases must name at least one phase" : "";
-    }};
+const CheckKind kPhases = {"phases",
+                           "each phase has positive time on every rank",
+                           RunArity::kOne,
+                           {{"phases", ParamType::kStringList, json::array({"forward", "backward", "optimizer"}),
+                             "the report's phase names that must be timed"}},
+                           "the {phase} part of the step is not timed: wrap it in timer.scope(ddplab::Phase::k{Phase})",
+                           check_phases,
+                           [](const CheckSpec& c, const LabSpec&) -> std::string {
+                             return c.texts("phases").empty() ? "phases must name at least one phase" : "";
+                           }};
 
 }  // namespace ddplab::grader::checks

@@ -20,7 +20,7 @@ const char* param_type_name(ParamType t) {
 
 const std::vector<const CheckKind*>& check_registry() {
   using namespace checks;
-  static const std::vector<const CheckKind*> kinds = {&kUnitTests, &kRunOk,    &kPhases, &kUtilization,
+  static const std::vector<const CheckKind*> kinds = {&kUnitTests, &kRunOk,       &kPhases,   &kUtilization,
                                                       &kAuc,       &kConsistency, &kCoverage, &kParity,
                                                       &kScaling,   &kCommBudget,  &kOutput};
   return kinds;
@@ -56,20 +56,22 @@ void validate_check(const LabSpec& lab, CheckSpec& c) {
   if (kind == nullptr) {
     std::vector<std::string> known;
     for (const CheckKind* k : check_registry()) known.push_back(k->name);
-    throw ConfigError(fmt::format("{}:{}: check \"{}\": unknown check kind '{}' (known: {})", lab.path, c.line, c.name, c.kind,
-                                  checks::join(known)));
+    throw ConfigError(fmt::format("{}:{}: check \"{}\": unknown check kind '{}' (known: {})", lab.path, c.line, c.name,
+                                  c.kind, checks::join(known)));
   }
   // "file:line: check "name" (kind): ", at the parameter's own line where the spec wrote it.
   const auto at = [&](const std::string& key) {
     const auto it = c.param_lines.find(key);
-    return fmt::format("{}:{}: check \"{}\" ({})", lab.path, it == c.param_lines.end() ? c.line : it->second, c.name, c.kind);
+    return fmt::format("{}:{}: check \"{}\" ({})", lab.path, it == c.param_lines.end() ? c.line : it->second, c.name,
+                       c.kind);
   };
   std::vector<std::string> known;
   for (const auto& p : kind->params) known.push_back(p.name);
   for (const auto& [key, value] : c.params.items()) {
     if (std::find(known.begin(), known.end(), key) == known.end()) {
-      throw ConfigError(fmt::format("{}: unknown parameter '{}'; known: {}", at(key), key,
-                                    known.empty() ? std::string("none (this kind takes no parameters)") : checks::join(known)));
+      throw ConfigError(
+          fmt::format("{}: unknown parameter '{}'; known: {}", at(key), key,
+                      known.empty() ? std::string("none (this kind takes no parameters)") : checks::join(known)));
     }
   }
   for (const auto& p : kind->params) {
@@ -80,15 +82,17 @@ void validate_check(const LabSpec& lab, CheckSpec& c) {
                                       param_type_name(p.type), p.meaning));
       }
       if (p.presence == Presence::kDefault) {
-        c.params[p.name] = is_diagnosis_param(p.name) && c.diagnosis_given ? nlohmann::json(c.diagnosis) : p.default_value;
+        c.params[p.name] =
+            is_diagnosis_param(p.name) && c.diagnosis_given ? nlohmann::json(c.diagnosis) : p.default_value;
       }
       continue;
     }
     if (!has_type(*it, p.type)) {
-      throw ConfigError(fmt::format("{}: parameter '{}' must be a {}, not {}", at(p.name), p.name, param_type_name(p.type),
-                                    it->dump()));
+      throw ConfigError(fmt::format("{}: parameter '{}' must be a {}, not {}", at(p.name), p.name,
+                                    param_type_name(p.type), it->dump()));
     }
-    if (!p.choices.empty() && std::find(p.choices.begin(), p.choices.end(), it->get<std::string>()) == p.choices.end()) {
+    if (!p.choices.empty() &&
+        std::find(p.choices.begin(), p.choices.end(), it->get<std::string>()) == p.choices.end()) {
       throw ConfigError(fmt::format("{}: parameter '{}' is '{}'; expected one of: {}", at(p.name), p.name,
                                     it->get<std::string>(), checks::join(p.choices)));
     }
@@ -123,7 +127,9 @@ CheckResult result_of(const CheckSpec& spec) {
 CheckResult run_check(const CheckSpec& spec, GradeContext& ctx) {
   CheckResult r = result_of(spec);
   const CheckKind* kind = find_kind(spec.kind);
-  if (kind == nullptr) throw ConfigError(fmt::format("{}:{}: unknown check kind '{}'", ctx.spec.path, spec.line, spec.kind));
+  if (kind == nullptr) {
+    throw ConfigError(fmt::format("{}:{}: unknown check kind '{}'", ctx.spec.path, spec.line, spec.kind));
+  }
   try {
     kind->run(spec, ctx, r);
   } catch (const ConfigError&) {

@@ -12,7 +12,9 @@ void check_run_ok(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
     const auto& run = ctx.runs.at(name);
     for (size_t k = 0; k < run.rank.size(); ++k) {
       const auto& rep = *run.rank[k].report;
-      const std::string st = rep.is_object() && rep.contains("status") && rep["status"].is_string() ? rep["status"].get<std::string>() : "";
+      const std::string st = rep.is_object() && rep.contains("status") && rep["status"].is_string()
+                                 ? rep["status"].get<std::string>()
+                                 : "";
       if (st != "ok") {
         fail(r, fmt::format("run '{}': rank {} reports status '{}'", name, k, st), c.diagnosis);
         return;

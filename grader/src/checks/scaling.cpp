@@ -15,9 +15,10 @@ void check_scaling(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   r.figure = eff;
   const auto [ref, source] = reference_figure(c, ctx);
   const double rel = c.number("min_relative");
-  const std::string obs = fmt::format("unique samples/s: {:.0f} on 1 rank, {:.0f} on {} ranks -> efficiency {:.3f}; "
-                                      "reference {:.3f} from {}; required >= {:.0f}% of it",
-                                      r1, rN, many.ranks, eff, ref, source, 100 * rel);
+  const std::string obs = fmt::format(
+      "unique samples/s: {:.0f} on 1 rank, {:.0f} on {} ranks -> efficiency {:.3f}; "
+      "reference {:.3f} from {}; required >= {:.0f}% of it",
+      r1, rN, many.ranks, eff, ref, source, 100 * rel);
   if (eff >= ref * rel) {
     pass(r, obs);
   } else {
@@ -27,21 +28,23 @@ void check_scaling(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
 
 }  // namespace
 
-const CheckKind kScaling = {
-    "scaling",
-    "unique samples/s efficiency (distinct samples from the digests, over the slowest rank's wall time) >= "
-    "`min_relative` x the reference's",
-    RunArity::kTwo,
-    {{"min_relative", ParamType::kNumber, 0.8, "the share of the reference's efficiency required"},
-     {"reference", ParamType::kNumber, nullptr, "the reference efficiency where this machine is not calibrated",
-      Presence::kOptional}},
-    "more ranks do not process more unique samples: ranks repeating each other's work (no sampler), or communication "
-    "that dominates the step",
-    check_scaling,
-    [](const CheckSpec& c, const LabSpec& lab) -> std::string {
-      if (lab.run(c.runs[0]).ranks != 1) return fmt::format("the first run, '{}', must have 1 rank", c.runs[0]);
-      if (lab.run(c.runs[1]).ranks < 2) return fmt::format("the second run, '{}', must have 2 or more ranks", c.runs[1]);
-      return "";
-    }};
+const CheckKind kScaling =
+    {"scaling",
+     "unique samples/s efficiency (distinct samples from the digests, over the slowest rank's wall time) >= "
+     "`min_relative` x the reference's",
+     RunArity::kTwo,
+     {{"min_relative", ParamType::kNumber, 0.8, "the share of the reference's efficiency required"},
+      {"reference", ParamType::kNumber, nullptr, "the reference efficiency where this machine is not calibrated",
+       Presence::kOptional}},
+     "more ranks do not process more unique samples: ranks repeating each other's work (no sampler), or communication "
+     "that dominates the step",
+     check_scaling,
+     [](const CheckSpec& c, const LabSpec& lab) -> std::string {
+       if (lab.run(c.runs[0]).ranks != 1) return fmt::format("the first run, '{}', must have 1 rank", c.runs[0]);
+       if (lab.run(c.runs[1]).ranks < 2) {
+         return fmt::format("the second run, '{}', must have 2 or more ranks", c.runs[1]);
+       }
+       return "";
+     }};
 
 }  // namespace ddplab::grader::checks

@@ -64,7 +64,8 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   }
   if (tests == 0) {
     r.status = Status::kError;
-    r.observed = fmt::format("the filter '{}' matches no test in {}", filter, fs::path(ctx.bin.tests).filename().string());
+    r.observed =
+        fmt::format("the filter '{}' matches no test in {}", filter, fs::path(ctx.bin.tests).filename().string());
     return;
   }
   if (failed == 0) {
@@ -81,14 +82,14 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
 
 }  // namespace
 
-const CheckKind kUnitTests = {
-    "unit_tests",
-    "every selected test of the lab's test binary passes; all failing on NotImplemented = not attempted",
-    RunArity::kNone,
-    {{"filter", ParamType::kString, nullptr, "gtest filter selecting the tests (`Lab03Shard.*`)", Presence::kRequired},
-     {"timeout_s", ParamType::kNumber, 0, "wall clock for the test binary (0: [limits] test_timeout_s)"}},
-    "the exercise's contract (in the lab's header) is not met: see the failed assertions",
-    check_unit_tests,
-    nullptr};
+const CheckKind kUnitTests =
+    {"unit_tests",
+     "every selected test of the lab's test binary passes; all failing on NotImplemented = not attempted",
+     RunArity::kNone,
+     {{"filter", ParamType::kString, nullptr, "gtest filter selecting the tests (`Lab03Shard.*`)", Presence::kRequired},
+      {"timeout_s", ParamType::kNumber, 0, "wall clock for the test binary (0: [limits] test_timeout_s)"}},
+     "the exercise's contract (in the lab's header) is not met: see the failed assertions",
+     check_unit_tests,
+     nullptr};
 
 }  // namespace ddplab::grader::checks

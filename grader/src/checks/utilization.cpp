@@ -17,9 +17,10 @@ void check_utilization(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   }
   r.figure = worst;
   const double min_busy = c.number("min_busy");
-  const std::string obs = fmt::format("busy fraction (compute / wall from the phase timers) {:.1f}% on rank {} (lowest), "
-                                      "required >= {:.0f}%",
-                                      100 * worst, worst_rank, 100 * min_busy);
+  const std::string obs = fmt::format(
+      "busy fraction (compute / wall from the phase timers) {:.1f}% on rank {} (lowest), "
+      "required >= {:.0f}%",
+      100 * worst, worst_rank, 100 * min_busy);
   if (worst >= min_busy) {
     pass(r, obs);
   } else {
@@ -29,15 +30,17 @@ void check_utilization(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
 
 }  // namespace
 
-const CheckKind kUtilization = {
-    "utilization",
-    "compute / wall (phase timers) >= `min_busy` on the slowest rank",
-    RunArity::kOne,
-    {{"min_busy", ParamType::kNumber, 0.5, "the lowest busy fraction (compute / wall) allowed, 0..1"}},
-    "the device idles: waiting for data (no prefetch) or for communication",
-    check_utilization,
-    [](const CheckSpec& c, const LabSpec&) -> std::string {
-      return c.number("min_busy") < 0 || c.number("min_busy") > 1 ? "min_busy must be in 0..1" : "";
-    }};
+const CheckKind kUtilization = {"utilization",
+                                "compute / wall (phase timers) >= `min_busy` on the slowest rank",
+                                RunArity::kOne,
+                                {{"min_busy", ParamType::kNumber, 0.5,
+                                  "the lowest busy fraction (compute / wall) allowed, 0..1"}},
+                                "the device idles: waiting for data (no prefetch) or for communication",
+                                check_utilization,
+                                [](const CheckSpec& c, const LabSpec&) -> std::string {
+                                  return c.number("min_busy") < 0 || c.number("min_busy") > 1
+                                             ? "min_busy must be in 0..1"
+                                             : "";
+                                }};
 
 }  // namespace ddplab::grader::checks

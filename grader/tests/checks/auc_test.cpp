@@ -55,7 +55,8 @@ TEST_F(AucCheck, TheCalibrationIsKeyedByTheChecksId) {
   calibration_.values["lab09_x/high_bar"] = 0.2;
   const auto r = grade("high_bar");
   EXPECT_TRUE(has(r, Status::kPassed));
-  EXPECT_NE(r.observed.find("reference 0.2000 from the reference solution on this machine"), std::string::npos) << r.observed;
+  EXPECT_NE(r.observed.find("reference 0.2000 from the reference solution on this machine"), std::string::npos)
+      << r.observed;
 }
 
 TEST_F(AucCheck, AnUnloadableModelIsMalformed) {
@@ -71,8 +72,9 @@ TEST_F(AucCheck, TheRunMustSaveItsModel) {
   EXPECT_NE(load_error("[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"auc\"\nname = \"n\"\nrun = \"r\"\n")
                 .find("run 'r' must save its model"),
             std::string::npos);
-  EXPECT_NE(load_error("[[run]]\nname = \"r\"\nsave_model = true\n\n[[check]]\nid = \"t\"\nkind = \"auc\"\nname = \"n\"\n"
-                       "run = \"r\"\neval_samples = 1.5\n")
+  EXPECT_NE(load_error(
+                "[[run]]\nname = \"r\"\nsave_model = true\n\n[[check]]\nid = \"t\"\nkind = \"auc\"\nname = \"n\"\n"
+                "run = \"r\"\neval_samples = 1.5\n")
                 .find("parameter 'eval_samples' must be a integer"),
             std::string::npos);
 }

@@ -34,8 +34,10 @@ std::string CheckTest::write(const std::string& name, const std::string& text) {
 }
 
 void CheckTest::load(const std::string& body) {
-  spec_ = load_spec(write("grade.toml", "[lab]\ntitle = \"t\"\nfolder = \"lab09_x\"\nprogram = \"lab09_x\"\n"
-                                         "manifest = [\"lab09_student.cpp\"]\nexercises = [\"09.1\"]\n\n" + body));
+  spec_ = load_spec(write("grade.toml",
+                          "[lab]\ntitle = \"t\"\nfolder = \"lab09_x\"\nprogram = \"lab09_x\"\n"
+                          "manifest = [\"lab09_student.cpp\"]\nexercises = [\"09.1\"]\n\n" +
+                              body));
 }
 
 std::string CheckTest::load_error(const std::string& body) {
@@ -97,9 +99,9 @@ json epoch_of(const std::vector<uint64_t>& indices, uint64_t order) {
   if (r.status != status || r.diagnosis.find(diagnosis) == std::string::npos ||
       r.score != (status == Status::kPassed ? r.max_score : 0.0)) {
     return ::testing::AssertionFailure() << "status '" << status_name(r.status) << "' (wanted '" << status_name(status)
-                                         << "'), score " << r.score << "/" << r.max_score << ", observed: " << r.observed
-                                         << "; diagnosis: " << r.diagnosis << " (wanted one containing '" << diagnosis
-                                         << "')";
+                                         << "'), score " << r.score << "/" << r.max_score
+                                         << ", observed: " << r.observed << "; diagnosis: " << r.diagnosis
+                                         << " (wanted one containing '" << diagnosis << "')";
   }
   return ::testing::AssertionSuccess();
 }

@@ -61,7 +61,8 @@ TEST_F(CommBudgetCheck, AReportWithoutCountersIsMalformed) {
 }
 
 TEST_F(CommBudgetCheck, ABudgetMustLimitSomething) {
-  EXPECT_NE(load_error("[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"comm_budget\"\nname = \"n\"\nrun = \"r\"\n")
+  EXPECT_NE(load_error(
+                "[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"comm_budget\"\nname = \"n\"\nrun = \"r\"\n")
                 .find("this budget limits nothing"),
             std::string::npos);
 }

@@ -57,11 +57,13 @@ TEST_F(ConsistencyCheck, AMissingDigestIsMalformed) {
 }
 
 TEST_F(ConsistencyCheck, AtIsOneOfItsChoicesAndTheRunHasSeveralRanks) {
-  EXPECT_NE(load_error("[[run]]\nname = \"r\"\nranks = 2\n\n[[check]]\nid = \"t\"\nkind = \"consistency\"\nname = \"n\"\n"
-                       "run = \"r\"\nat = \"middle\"\n")
+  EXPECT_NE(load_error(
+                "[[run]]\nname = \"r\"\nranks = 2\n\n[[check]]\nid = \"t\"\nkind = \"consistency\"\nname = \"n\"\n"
+                "run = \"r\"\nat = \"middle\"\n")
                 .find("parameter 'at' is 'middle'; expected one of: start, end, both"),
             std::string::npos);
-  EXPECT_NE(load_error("[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"consistency\"\nname = \"n\"\nrun = \"r\"\n")
+  EXPECT_NE(load_error(
+                "[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"consistency\"\nname = \"n\"\nrun = \"r\"\n")
                 .find("consistency needs 2 or more"),
             std::string::npos);
 }

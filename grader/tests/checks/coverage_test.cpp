@@ -109,13 +109,17 @@ TEST_F(CoverageCheck, ABrokenDigestIsMalformed) {
 }
 
 TEST_F(CoverageCheck, MisspelledAndInconsistentParametersAreRejected) {
-  const std::string head = "[[run]]\nname = \"r\"\nranks = 2\n\n[[check]]\nid = \"t\"\nkind = \"coverage\"\nname = \"n\"\nrun = \"r\"\n";
+  const std::string head =
+      "[[run]]\nname = \"r\"\nranks = 2\n\n[[check]]\nid = \"t\"\nkind = \"coverage\"\nname = \"n\"\nrun = \"r\"\n";
   const auto typo = load_error(head + "chek_order = false\n");
-  EXPECT_NE(typo.find("grade.toml:17: check \"n\" (coverage): unknown parameter 'chek_order'; known: expect, check_order"),
+  EXPECT_NE(typo.find(
+                "grade.toml:17: check \"n\" (coverage): unknown parameter 'chek_order'; known: expect, check_order"),
             std::string::npos)
       << typo;
-  EXPECT_NE(load_error(head + "order_only = true\n").find("order_only needs a run of 2 or more epochs"), std::string::npos);
-  EXPECT_NE(load_error(head + "check_order = \"no\"\n").find("parameter 'check_order' must be a bool"), std::string::npos);
+  EXPECT_NE(load_error(head + "order_only = true\n").find("order_only needs a run of 2 or more epochs"),
+            std::string::npos);
+  EXPECT_NE(load_error(head + "check_order = \"no\"\n").find("parameter 'check_order' must be a bool"),
+            std::string::npos);
 }
 
 }  // namespace

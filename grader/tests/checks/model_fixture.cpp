@@ -25,7 +25,8 @@ std::string tiny_data_set() {
     g.shard_size = 1000;
     g.threads = 1;
     data::generate(g, [](const std::vector<float>&, const std::vector<float>&) { return std::make_pair(0.5, 0.7); });
-    std::atexit([] { fs::remove_all(fs::temp_directory_path() / ("ddplab_check_test_data_" + std::to_string(::getpid()))); });
+    std::atexit(
+        [] { fs::remove_all(fs::temp_directory_path() / ("ddplab_check_test_data_" + std::to_string(::getpid()))); });
     return d.string();
   }();
   return dir;

@@ -66,8 +66,9 @@ TEST_F(ParityCheck, LossesThatAreNotNumbersAreMalformed) {
 }
 
 TEST_F(ParityCheck, ReadsExactlyTwoRuns) {
-  EXPECT_NE(load_error("[[run]]\nname = \"r\"\nsave_model = true\n\n[[check]]\nid = \"t\"\nkind = \"parity\"\nname = \"n\"\n"
-                       "run = \"r\"\n")
+  EXPECT_NE(load_error(
+                "[[run]]\nname = \"r\"\nsave_model = true\n\n[[check]]\nid = \"t\"\nkind = \"parity\"\nname = \"n\"\n"
+                "run = \"r\"\n")
                 .find("needs runs = [one_rank, n_ranks]"),
             std::string::npos);
 }

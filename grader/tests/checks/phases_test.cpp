@@ -50,7 +50,8 @@ TEST_F(PhasesCheck, AReportWithoutThePhaseIsMalformed) {
 }
 
 TEST_F(PhasesCheck, PhasesMustBeAListOfStrings) {
-  EXPECT_NE(load_error("[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"phases\"\nname = \"n\"\nrun = \"r\"\nphases = \"forward\"\n")
+  EXPECT_NE(load_error("[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"phases\"\nname = \"n\"\nrun = "
+                       "\"r\"\nphases = \"forward\"\n")
                 .find("grade.toml:16: check \"n\" (phases): parameter 'phases' must be a string list, not \"forward\""),
             std::string::npos);
 }

@@ -9,7 +9,9 @@ class RunOkCheck : public CheckTest {
  protected:
   void SetUp() override {
     CheckTest::SetUp();
-    load("[[run]]\nname = \"r\"\nranks = 2\n\n[[check]]\nid = \"ok\"\nkind = \"run_ok\"\nname = \"runs\"\nrun = \"r\"\npoints = 1\n");
+    load(
+        "[[run]]\nname = \"r\"\nranks = 2\n\n[[check]]\nid = \"ok\"\nkind = \"run_ok\"\nname = \"runs\"\nrun = "
+        "\"r\"\npoints = 1\n");
   }
 };
 
@@ -48,9 +50,11 @@ TEST_F(RunOkCheck, AMissingReportIsAFailedCheck) {
 }
 
 TEST_F(RunOkCheck, TakesNoParameters) {
-  EXPECT_NE(load_error("[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"run_ok\"\nname = \"n\"\nrun = \"r\"\nfast = true\n")
-                .find("unknown parameter 'fast'; known: none"),
-            std::string::npos);
+  EXPECT_NE(
+      load_error(
+          "[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"run_ok\"\nname = \"n\"\nrun = \"r\"\nfast = true\n")
+          .find("unknown parameter 'fast'; known: none"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -87,7 +87,8 @@ TEST_F(UnitTestsCheck, TheFilterIsRequiredAndTheKindReadsNoRun) {
   EXPECT_NE(load_error("[[check]]\nid = \"t\"\nkind = \"unit_tests\"\nname = \"n\"\n")
                 .find("grade.toml:8: check \"n\" (unit_tests): missing required parameter 'filter'"),
             std::string::npos);
-  EXPECT_NE(load_error("[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"unit_tests\"\nname = \"n\"\nfilter = \"x\"\nrun = \"r\"\n")
+  EXPECT_NE(load_error("[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"unit_tests\"\nname = \"n\"\nfilter = "
+                       "\"x\"\nrun = \"r\"\n")
                 .find("reads no run"),
             std::string::npos);
 }

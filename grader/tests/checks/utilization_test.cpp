@@ -8,8 +8,10 @@ class UtilizationCheck : public CheckTest {
  protected:
   void SetUp() override {
     CheckTest::SetUp();
-    load("[[run]]\nname = \"r\"\nranks = 2\n\n[[check]]\nid = \"busy\"\nkind = \"utilization\"\nname = \"busy\"\nrun = \"r\"\n"
-         "min_busy = 0.8\n");
+    load(
+        "[[run]]\nname = \"r\"\nranks = 2\n\n[[check]]\nid = \"busy\"\nkind = \"utilization\"\nname = \"busy\"\nrun = "
+        "\"r\"\n"
+        "min_busy = 0.8\n");
   }
 };
 
@@ -39,10 +41,12 @@ TEST_F(UtilizationCheck, AMistypedFigureIsMalformed) {
 }
 
 TEST_F(UtilizationCheck, MinBusyIsAFraction) {
-  EXPECT_NE(load_error("[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"utilization\"\nname = \"n\"\nrun = \"r\"\nmin_busy = 90\n")
+  EXPECT_NE(load_error("[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"utilization\"\nname = \"n\"\nrun = "
+                       "\"r\"\nmin_busy = 90\n")
                 .find("min_busy must be in 0..1"),
             std::string::npos);
-  EXPECT_NE(load_error("[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"utilization\"\nname = \"n\"\nrun = \"r\"\nmin_busy = \"high\"\n")
+  EXPECT_NE(load_error("[[run]]\nname = \"r\"\n\n[[check]]\nid = \"t\"\nkind = \"utilization\"\nname = \"n\"\nrun = "
+                       "\"r\"\nmin_busy = \"high\"\n")
                 .find("parameter 'min_busy' must be a number"),
             std::string::npos);
 }

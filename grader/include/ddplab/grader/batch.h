@@ -46,8 +46,8 @@ std::string student_of(const std::string& submission);
 /// options.out_dir/<student>/, and options.out_dir/gradebook.csv gets one row per student and
 /// lab. A submission that cannot be graded (a corrupt zip) gets rows carrying its error and the
 /// batch goes on; a ConfigError (a spec or option problem) stops it.
-Gradebook grade_batch(const std::vector<LabSpec>& specs, GradeOptions options, const std::string& dir, const PrintFn& print,
-                      const GradeFn& grade = grade_labs);
+Gradebook grade_batch(const std::vector<LabSpec>& specs, GradeOptions options, const std::string& dir,
+                      const PrintFn& print, const GradeFn& grade = grade_labs);
 
 /// Stores each figure the checks of `result` measured under "<lab id>/<check id>".
 void record_figures(Calibration& calibration, const LabResult& result);
@@ -55,7 +55,7 @@ void record_figures(Calibration& calibration, const LabResult& result);
 /// Grades the reference solutions (tree "solutions", results under options.out_dir/calibration)
 /// and writes their figures for this machine and data set to `path`, keeping other labs' figures;
 /// returns the calibration. Warns through `print` when a solution does not score full marks here.
-Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, const std::string& path, const PrintFn& print,
-                      const GradeFn& grade = grade_labs);
+Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, const std::string& path,
+                      const PrintFn& print, const GradeFn& grade = grade_labs);
 
 }  // namespace ddplab::grader

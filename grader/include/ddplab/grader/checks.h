@@ -26,15 +26,19 @@ enum class Presence { kDefault, kRequired, kOptional };
 struct ParamSpec {
   ParamSpec(std::string name_, ParamType type_, nlohmann::json default_value_, std::string meaning_,
             Presence presence_ = Presence::kDefault, std::vector<std::string> choices_ = {})
-      : name(std::move(name_)), type(type_), default_value(std::move(default_value_)), meaning(std::move(meaning_)),
-        presence(presence_), choices(std::move(choices_)) {}
+      : name(std::move(name_)),
+        type(type_),
+        default_value(std::move(default_value_)),
+        meaning(std::move(meaning_)),
+        presence(presence_),
+        choices(std::move(choices_)) {}
 
   std::string name;
   ParamType type = ParamType::kNumber;
-  nlohmann::json default_value;       ///< filled in when the spec leaves it out (Presence::kDefault)
-  std::string meaning;                ///< one line, for the instructor guide
+  nlohmann::json default_value;  ///< filled in when the spec leaves it out (Presence::kDefault)
+  std::string meaning;           ///< one line, for the instructor guide
   Presence presence = Presence::kDefault;
-  std::vector<std::string> choices;   ///< allowed values of a string parameter (empty: any)
+  std::vector<std::string> choices;  ///< allowed values of a string parameter (empty: any)
 };
 
 /// How many runs a kind reads (`run = "x"` or `runs = [...]`).
@@ -50,8 +54,8 @@ using CheckRulesFn = std::function<std::string(const CheckSpec& spec, const LabS
 
 /// A self-describing check kind.
 struct CheckKind {
-  std::string name;                ///< `kind = "..."` in the spec
-  std::string passes_when;         ///< one line, for the instructor guide
+  std::string name;         ///< `kind = "..."` in the spec
+  std::string passes_when;  ///< one line, for the instructor guide
   RunArity runs = RunArity::kOne;
   std::vector<ParamSpec> params;
   /// The default of the spec's `diagnosis`. Kinds that word each way of failing separately

@@ -45,35 +45,35 @@ struct RankOutcome {
 struct RunOutcome {
   std::string name;
   int ranks = 0;
-  int exit_code = 0;      ///< the launcher's: 0, the first failing rank's status, 124 on timeout
+  int exit_code = 0;  ///< the launcher's: 0, the first failing rank's status, 124 on timeout
   bool timed_out = false;
   int first_failed_rank = -1;
-  std::string summary;    ///< the launcher's one-line account
+  std::string summary;  ///< the launcher's one-line account
   double seconds = 0;
   std::vector<RankOutcome> rank;
-  std::vector<std::string> args;  ///< the program arguments used (sample counts capped to the data set)
-  std::string dir;        ///< reports, model and logs of this run
-  std::string model;      ///< the saved model, if asked for and written
-  std::string log_tail;   ///< the last lines of output (for failed runs)
+  std::vector<std::string> args;           ///< the program arguments used (sample counts capped to the data set)
+  std::string dir;                         ///< reports, model and logs of this run
+  std::string model;                       ///< the saved model, if asked for and written
+  std::string log_tail;                    ///< the last lines of output (for failed runs)
   std::vector<std::string> not_attempted;  ///< exercise ids the program reported as not attempted
   bool ok() const { return exit_code == 0 && !timed_out; }
 };
 
 /// Where things are and how to grade.
 struct GradeOptions {
-  std::string source_dir;   ///< the kit's source tree (grade.toml, skeletons)
-  std::string build_dir;    ///< a configured build of the kit (its bin/ holds ddplab and ddp_train)
-  std::string tree;         ///< which lab binaries to grade: "labs", "solutions" or "submission"
-  std::string submission;   ///< a folder or .zip (tree "submission"); its manifest files are used
-  std::string data_dir;     ///< the data set runs train on
-  std::string out_dir;      ///< results of this lab go to out_dir/<lab id>/
-  std::string calibration;  ///< calibration file (reference figures on this machine); "" = default
+  std::string source_dir;                ///< the kit's source tree (grade.toml, skeletons)
+  std::string build_dir;                 ///< a configured build of the kit (its bin/ holds ddplab and ddp_train)
+  std::string tree;                      ///< which lab binaries to grade: "labs", "solutions" or "submission"
+  std::string submission;                ///< a folder or .zip (tree "submission"); its manifest files are used
+  std::string data_dir;                  ///< the data set runs train on
+  std::string out_dir;                   ///< results of this lab go to out_dir/<lab id>/
+  std::string calibration;               ///< calibration file (reference figures on this machine); "" = default
   std::vector<std::string> only_checks;  ///< grade only checks with one of these ids, or whose name contains one
-  double run_timeout_s = 0;   ///< overrides the spec's [limits] run_timeout_s (0: the spec's)
-  double test_timeout_s = 0;  ///< overrides the spec's [limits] test_timeout_s (0: the spec's)
-  bool build = true;        ///< (re)build the lab's targets before grading
+  double run_timeout_s = 0;              ///< overrides the spec's [limits] run_timeout_s (0: the spec's)
+  double test_timeout_s = 0;             ///< overrides the spec's [limits] test_timeout_s (0: the spec's)
+  bool build = true;                     ///< (re)build the lab's targets before grading
   bool color = false;
-  bool quiet = false;       ///< no progress lines
+  bool quiet = false;  ///< no progress lines
 };
 
 /// Reference figures of this machine (the solutions' own results), used by checks that judge a

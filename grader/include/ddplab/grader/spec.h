@@ -21,8 +21,8 @@ const char* visibility_name(Visibility v);
 /// One program run: `ranks` processes through the kit's launcher, on the data set the grader is
 /// given. The grader adds --data, --report and (if save_model) --save-model itself.
 struct RunSpec {
-  std::string name;               ///< referenced by checks ("train", "ddp2")
-  std::string program;            ///< "lab" (the lab's program, the default) or "reference" (ddp_train)
+  std::string name;     ///< referenced by checks ("train", "ddp2")
+  std::string program;  ///< "lab" (the lab's program, the default) or "reference" (ddp_train)
   int ranks = 1;
   std::vector<std::string> args;  ///< extra program arguments
   double timeout_s = 0;           ///< 0: [limits] run_timeout_s
@@ -38,18 +38,18 @@ class UndeclaredParameter : public std::logic_error {
 /// One scored check. Its kind-specific parameters live in `params`, validated against the kind's
 /// descriptor (checks.h) with every default filled in, and are read with the typed accessors.
 struct CheckSpec {
-  std::string id;         ///< stable, snake_case, unique in the lab: calibration and --check use it
-  std::string kind;       ///< plug-in name: unit_tests, run_ok, phases, consistency, coverage, ...
-  std::string name;       ///< shown to students (may be reworded; `id` stays)
-  std::string exercise;   ///< the exercise it grades ("" = the whole lab)
+  std::string id;        ///< stable, snake_case, unique in the lab: calibration and --check use it
+  std::string kind;      ///< plug-in name: unit_tests, run_ok, phases, consistency, coverage, ...
+  std::string name;      ///< shown to students (may be reworded; `id` stays)
+  std::string exercise;  ///< the exercise it grades ("" = the whole lab)
   double points = 0;
   Visibility visibility = Visibility::kVisible;
   std::vector<std::string> runs;  ///< names of the runs it reads (`run` or `runs` in TOML)
-  std::string diagnosis;  ///< the likely cause shown when it fails (the kind's default if not given)
-  bool diagnosis_given = false;  ///< `diagnosis` was written in the spec, not taken from the kind
+  std::string diagnosis;          ///< the likely cause shown when it fails (the kind's default if not given)
+  bool diagnosis_given = false;   ///< `diagnosis` was written in the spec, not taken from the kind
   nlohmann::json params = nlohmann::json::object();  ///< every other key of the [[check]] table
-  std::map<std::string, int> param_lines;  ///< line of each parameter the spec wrote
-  int line = 0;           ///< line of the [[check]] in the spec, for error messages
+  std::map<std::string, int> param_lines;            ///< line of each parameter the spec wrote
+  int line = 0;                                      ///< line of the [[check]] in the spec, for error messages
 
   // Typed reads of declared parameters (UndeclaredParameter for any other).
   double number(const std::string& key) const;
@@ -63,11 +63,11 @@ struct CheckSpec {
 /// `manifest` the files in solutions/<folder>/ and `exercises` the ids of their STUDENT CODE
 /// regions; a spec elsewhere (the grader's self-tests) declares them in [lab].
 struct LabSpec {
-  std::string path;       ///< the spec file
-  std::string id;         ///< "lab01_baseline": the folder's name
+  std::string path;  ///< the spec file
+  std::string id;    ///< "lab01_baseline": the folder's name
   std::string title;
-  std::string folder;     ///< "lab01_baseline": labs/<folder>, solutions/<folder>
-  std::string program;    ///< CMake target of the lab program
+  std::string folder;                  ///< "lab01_baseline": labs/<folder>, solutions/<folder>
+  std::string program;                 ///< CMake target of the lab program
   std::vector<std::string> manifest;   ///< the files a student may change (relative to the folder)
   std::vector<std::string> exercises;  ///< exercise ids, in order
   double memory_limit_mb = 4096;       ///< per rank, address space
