@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   ddplab::tools::setup_bench(app);
   ddplab::tools::setup_launch(app);
   ddplab::tools::setup_grade(app);
+  ddplab::tools::setup_trace(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

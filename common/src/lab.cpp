@@ -74,6 +74,12 @@ LabRun::LabRun(std::string lab, LabOptions opts, nlohmann::json lab_flags)
     device_ = torch::Device(torch::kCUDA, static_cast<int8_t>(env_.local_rank));
   torch::manual_seed(opts_.seed + (opts_.same_init ? 0 : static_cast<uint64_t>(env_.rank)));
   if (device_.is_cuda()) timer_.set_synchronizer([] { torch::cuda::synchronize(); });
+  if (!opts_.trace.empty()) {
+    // The trace's origin is here, before any step or collective of the run.
+    trace_ = std::make_shared<trace::Recorder>(env_.rank, env_.world_size, opts_.trace_steps);
+    trace_->metadata()["lab"] = lab_;
+    timer_.set_trace(trace_.get());
+  }
 
   train_ = std::make_unique<data::Dataset>(opts_.data, data::Split::kTrain);
   test_ = std::make_unique<data::Dataset>(opts_.data, data::Split::kTest);
@@ -129,6 +135,7 @@ std::shared_ptr<dist::ProcessGroup> LabRun::join() { return join(env_); }
 
 std::shared_ptr<dist::ProcessGroup> LabRun::join(const dist::Environment& env) {
   std::shared_ptr<dist::ProcessGroup> pg = dist::ProcessGroup::join(env, device_, group_options());
+  pg->set_trace(trace_);
   comm_ = pg;
   return pg;
 }
@@ -245,6 +252,7 @@ int LabRun::finish() {
   report_.set_status(attempted ? "ok" : "not_attempted");
   const std::string path = opts_.report_path(lab_, env_.rank);
   report_.write(path);
+  write_trace(attempted ? "ok" : "not_attempted", "");
 
   if (model != nullptr && !opts_.save_model.empty() && env_.rank == 0) {
     torch::serialize::OutputArchive archive;
@@ -290,6 +298,22 @@ void LabRun::fail(const std::string& message) {
   } catch (const std::exception& e) {
     log::error("could not write the run report: {}", e.what());
   }
+  try {
+    write_trace("error", message);
+  } catch (const std::exception& e) {
+    log::error("could not write the timeline: {}", e.what());
+  }
+}
+
+void LabRun::write_trace(const std::string& status, const std::string& message) {
+  if (trace_ == nullptr) return;
+  trace_->metadata()["status"] = status;
+  if (!message.empty()) trace_->metadata()["message"] = message;
+  const std::string path = opts_.trace_path(env_.rank);
+  trace_->write(path);
+  const std::string kept =
+      opts_.trace_steps == 0 ? "all kept" : fmt::format("the first and last {} kept", opts_.trace_steps);
+  log::info0("{}: timeline of {} steps ({}) written to {}", lab_, trace_->steps_recorded(), kept, path);
 }
 
 int run_lab(const LabProgram& program, int argc, char** argv) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "ddplab/error.h"
+#include "ddplab/trace.h"
 
 namespace ddplab {
 
@@ -23,7 +24,9 @@ StepTimer::Scope::Scope(StepTimer& timer, Phase phase) : timer_(timer), phase_(p
 
 StepTimer::Scope::~Scope() {
   timer_.sync();
-  timer_.add(phase_, std::chrono::duration<double>(Clock::now() - start_).count());
+  const auto end = Clock::now();
+  timer_.add(phase_, std::chrono::duration<double>(end - start_).count());
+  if (timer_.trace_ != nullptr) timer_.trace_->phase(phase_name(phase_), start_, end);
 }
 
 StepTimer::StepTimer() = default;
@@ -40,6 +43,12 @@ void StepTimer::begin_step() {
     started_ = true;
   }
   in_step_ = true;
+  if (trace_ != nullptr) trace_->begin_step(step_start_);
+}
+
+void StepTimer::cancel_step() {
+  in_step_ = false;
+  if (trace_ != nullptr) trace_->cancel_step();
 }
 
 void StepTimer::end_step() {
@@ -48,6 +57,7 @@ void StepTimer::end_step() {
   last_end_ = Clock::now();
   steps_.push_back(std::chrono::duration<double>(last_end_ - step_start_).count());
   in_step_ = false;
+  if (trace_ != nullptr) trace_->end_step(last_end_);
 }
 
 double StepTimer::wall() const {

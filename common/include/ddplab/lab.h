@@ -29,6 +29,7 @@
 #include "ddplab/progress.h"
 #include "ddplab/report.h"
 #include "ddplab/timer.h"
+#include "ddplab/trace.h"
 
 namespace ddplab {
 
@@ -113,8 +114,11 @@ class LabRun {
   /// The same with another view of the job, e.g. lab 02's own reading of the environment, or
   /// dist::Environment{} for a world of one.
   std::shared_ptr<dist::ProcessGroup> join(const dist::Environment& env);
-  /// Registers a communicator made elsewhere (its statistics go into the report).
+  /// Registers a communicator made elsewhere (its statistics go into the report). Its collectives
+  /// reach the timeline only if it is given tracer() (comm->set_trace(run.tracer())); join() does that.
   void set_communicator(std::shared_ptr<const dist::Communicator> comm) { comm_ = std::move(comm); }
+  /// The timeline (--trace), or nullptr when tracing is off. The timer records on it already.
+  const std::shared_ptr<trace::Recorder>& tracer() const noexcept { return trace_; }
 
   // ---- the training loop ----
   /// Call once before training with the steps one epoch takes on this rank: sets the progress
@@ -152,16 +156,21 @@ class LabRun {
   void set_eval(const EvalResult& r);
   /// Every rank holds the same model: rank 0 evaluates it for the job, the others wait for it.
   void evaluate_on_rank0(DeepFM& model, dist::Communicator& comm);
-  /// Writes the report and the summary; saves the model if asked. Returns the exit status.
+  /// Writes the report, the timeline (--trace) and the summary; saves the model if asked.
+  /// Returns the exit status.
   int finish();
-  /// Writes a report with status "error" and `message`.
+  /// Writes a report (and the timeline) with status "error" and `message`.
   void fail(const std::string& message);
 
  private:
+  /// Writes the timeline, if tracing, with the run's status in its metadata.
+  void write_trace(const std::string& status, const std::string& message);
+
   std::string lab_;
   LabOptions opts_;
   torch::Device device_{torch::kCPU};
   dist::Environment env_;
+  std::shared_ptr<trace::Recorder> trace_;  // before timer_ and comm_: they record on it
   std::shared_ptr<const dist::Communicator> comm_;
   std::unique_ptr<data::Dataset> train_, test_;
   uint64_t train_size_ = 0, eval_size_ = 0;

@@ -28,11 +28,15 @@ struct LabOptions {
   uint64_t eval_samples = 0;            ///< --eval-samples: evaluate on the first N test samples (0: all)
   std::string save_model;               ///< --save-model: write the final parameters here (rank 0)
   std::string log_level = "info";       ///< --log-level, DDPLAB_LOG_LEVEL
+  std::string trace;                    ///< --trace, DDPLAB_TRACE: timeline file ("{rank}" is replaced; empty: off)
+  int64_t trace_steps = 50;             ///< --trace-steps, DDPLAB_TRACE_STEPS: keep the first and last N steps (0: all)
 
   /// Learning rate actually used for a global batch of `global_batch` samples.
   double effective_lr(int64_t global_batch) const;
   /// Report path for `rank`: --report with "{rank}" replaced, else runs/LAB/rankR.json.
   std::string report_path(const std::string& lab, int rank) const;
+  /// Timeline path for `rank`: --trace with "{rank}" replaced; empty when tracing is off.
+  std::string trace_path(int rank) const;
   nlohmann::json to_json() const;
 };
 

@@ -11,6 +11,10 @@
 
 namespace ddplab {
 
+namespace trace {
+class Recorder;
+}
+
 /// The phases of a training step. kComm is *exposed* communication: time the step waits on a
 /// collective that compute did not hide.
 enum class Phase { kDataWait = 0, kForward, kBackward, kComm, kOptimizer, kCount };
@@ -42,6 +46,9 @@ class StepTimer {
   /// Called before a phase ends and before a step ends, so asynchronous device work is charged
   /// to the phase that launched it (CUDA: torch::cuda::synchronize). Default: nothing.
   void set_synchronizer(std::function<void()> sync) { sync_ = std::move(sync); }
+  /// Also records every step and phase on `trace` (--trace; nullptr: off, the default). The
+  /// timer reads the clock anyway, so tracing adds only a push per phase.
+  void set_trace(trace::Recorder* trace) noexcept { trace_ = trace; }
 
   [[nodiscard]] Scope scope(Phase p) { return Scope(*this, p); }
   void add(Phase p, double seconds);
@@ -50,7 +57,7 @@ class StepTimer {
   void begin_step();
   void end_step();
   /// Abandons the step begun last (e.g. the loader had no batch left); its time is not counted.
-  void cancel_step() { in_step_ = false; }
+  void cancel_step();
 
   double total(Phase p) const { return totals_[static_cast<int>(p)]; }
   /// Seconds from the first begin_step() to the last end_step().
@@ -71,6 +78,7 @@ class StepTimer {
   Clock::time_point first_{}, step_start_{}, last_end_{};
   bool started_ = false, in_step_ = false;
   std::function<void()> sync_;
+  trace::Recorder* trace_ = nullptr;
 };
 
 /// Seconds since an arbitrary start, for ad-hoc timing.

@@ -76,14 +76,27 @@ std::shared_ptr<Pending> Communicator::allreduce_async(torch::Tensor& t) {
   return std::make_shared<Completed>();
 }
 
+void Communicator::trace_async(int lane, Op op, std::chrono::steady_clock::time_point start, int64_t bytes,
+                               int64_t sequence) {
+  if (tracer_ == nullptr || lane < 0) return;
+  tracer_->collective(lane, op_name(op), start, std::chrono::steady_clock::now(), bytes, sequence, true);
+}
+
+Communicator::Recorder::Recorder(Communicator& c, Op op, int64_t bytes) : Recorder(c.stats_, op, bytes) {
+  trace_ = c.tracer_.get();
+  if (trace_ != nullptr) lane_ = trace_->begin_collective();
+}
+
 Communicator::Recorder::Recorder(CommStats& s, Op op, int64_t bytes)
-    : s_(s), op_(op), start_(std::chrono::steady_clock::now()) {
+    : s_(s), op_(op), bytes_(bytes), start_(std::chrono::steady_clock::now()) {
   count_start(s_, op, bytes);
+  sequence_ = s_.sequence;
 }
 
 Communicator::Recorder::~Recorder() {
-  s_.ops[static_cast<size_t>(op_)].seconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const auto end = std::chrono::steady_clock::now();
+  s_.ops[static_cast<size_t>(op_)].seconds += std::chrono::duration<double>(end - start_).count();
+  if (trace_ != nullptr) trace_->collective(lane_, op_name(op_), start_, end, bytes_, sequence_, false);
 }
 
 void broadcast_module(Communicator& comm, torch::nn::Module& module, int root) {

@@ -24,7 +24,9 @@
 namespace ddplab::dist {
 namespace {
 
-int64_t nbytes(const torch::Tensor& t) { return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()); }
+int64_t nbytes(const torch::Tensor& t) {
+  return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+}
 
 bool is_loopback(const std::string& addr) {
   return addr.empty() || addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
@@ -81,8 +83,9 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<compat::Store> store, int rank, in
     backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank, size, o);
     backend_name_ = "gloo";
 #else
-    throw ConfigError("CPU collectives need Gloo, and this build has no Gloo backend (Gloo headers matching "
-                      "this LibTorch were not found at configure time)");
+    throw ConfigError(
+        "CPU collectives need Gloo, and this build has no Gloo backend (Gloo headers matching "
+        "this LibTorch were not found at configure time)");
 #endif
   }
   start_publisher();
@@ -121,7 +124,8 @@ std::string progress_key(int rank) { return fmt::format("ddplab/last_collective/
 void ProcessGroup::publish_progress() {
   const int64_t seq = entered_seq_.load();
   if (seq == published_seq_.load() || !store_) return;
-  const std::string v = fmt::format("{} {} {}", seq, op_name(static_cast<Op>(entered_op_.load())), entered_bytes_.load());
+  const std::string v =
+      fmt::format("{} {} {}", seq, op_name(static_cast<Op>(entered_op_.load())), entered_bytes_.load());
   try {
     store_->set(progress_key(rank_), std::vector<uint8_t>(v.begin(), v.end()));
     published_seq_.store(seq);
@@ -179,7 +183,7 @@ void ProcessGroup::stop_publisher() {
 }
 
 void ProcessGroup::allreduce(torch::Tensor& t) {
-  Recorder r(stats_, Op::kAllreduce, nbytes(t));
+  Recorder r(*this, Op::kAllreduce, nbytes(t));
   note_entered(Op::kAllreduce, stats_.sequence, stats_.last_bytes);
   std::vector<at::Tensor> v{t};
   wait(backend_->allreduce(v), Op::kAllreduce);
@@ -189,8 +193,9 @@ void ProcessGroup::allreduce(torch::Tensor& t) {
 /// is waited on, later collectives may have started and stats().last_* describe those instead.
 class ProcessGroup::AsyncWork final : public Pending {
  public:
-  AsyncWork(ProcessGroup& pg, c10::intrusive_ptr<compat::Work> work, int64_t sequence, int64_t bytes)
-      : pg_(pg), work_(std::move(work)), sequence_(sequence), bytes_(bytes) {}
+  AsyncWork(ProcessGroup& pg, c10::intrusive_ptr<compat::Work> work, int64_t sequence, int64_t bytes, int lane,
+            std::chrono::steady_clock::time_point launched)
+      : pg_(pg), work_(std::move(work)), sequence_(sequence), bytes_(bytes), lane_(lane), launched_(launched) {}
 
   void wait() override {
     if (!work_) return;
@@ -198,6 +203,8 @@ class ProcessGroup::AsyncWork final : public Pending {
     auto work = std::move(work_);
     auto charge = [&] {
       pg_.record_wait(Op::kAllreduce, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      // On the timeline the bar runs from launch to here: while backward computed, and the wait.
+      pg_.trace_async(lane_, Op::kAllreduce, launched_, bytes_, sequence_);
     };
     try {
       pg_.wait(work, Op::kAllreduce, sequence_, bytes_);
@@ -212,18 +219,23 @@ class ProcessGroup::AsyncWork final : public Pending {
   ProcessGroup& pg_;
   c10::intrusive_ptr<compat::Work> work_;
   int64_t sequence_, bytes_;
+  int lane_;  // on the trace; -1 when tracing is off
+  std::chrono::steady_clock::time_point launched_;
 };
 
 std::shared_ptr<Pending> ProcessGroup::allreduce_async(torch::Tensor& t) {
   const int64_t bytes = nbytes(t);
   const int64_t sequence = record_start(Op::kAllreduce, bytes);
   note_entered(Op::kAllreduce, sequence, bytes);
+  trace::Recorder* tr = tracer();
+  const int lane = tr != nullptr ? tr->begin_collective() : -1;
+  const auto launched = tr != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   std::vector<at::Tensor> v{t};
-  return std::make_shared<AsyncWork>(*this, backend_->allreduce(v), sequence, bytes);
+  return std::make_shared<AsyncWork>(*this, backend_->allreduce(v), sequence, bytes, lane, launched);
 }
 
 void ProcessGroup::broadcast(torch::Tensor& t, int root) {
-  Recorder r(stats_, Op::kBroadcast, nbytes(t));
+  Recorder r(*this, Op::kBroadcast, nbytes(t));
   note_entered(Op::kBroadcast, stats_.sequence, stats_.last_bytes);
   std::vector<at::Tensor> v{t};
   c10d::BroadcastOptions o;
@@ -234,7 +246,7 @@ void ProcessGroup::broadcast(torch::Tensor& t, int root) {
 void ProcessGroup::allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) {
   DDPLAB_CHECK(static_cast<int>(out.size()) == size_,
                fmt::format("allgather: {} output tensors for {} ranks", out.size(), size_));
-  Recorder r(stats_, Op::kAllgather, nbytes(in));
+  Recorder r(*this, Op::kAllgather, nbytes(in));
   note_entered(Op::kAllgather, stats_.sequence, stats_.last_bytes);
   std::vector<std::vector<at::Tensor>> o{out};
   std::vector<at::Tensor> i{in};
@@ -242,8 +254,9 @@ void ProcessGroup::allgather(std::vector<torch::Tensor>& out, const torch::Tenso
 }
 
 void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in) {
-  DDPLAB_CHECK(in.size(0) % size_ == 0, fmt::format("all_to_all: dim 0 ({}) is not divisible by {} ranks", in.size(0), size_));
-  Recorder r(stats_, Op::kAllToAll, nbytes(in));
+  DDPLAB_CHECK(in.size(0) % size_ == 0,
+               fmt::format("all_to_all: dim 0 ({}) is not divisible by {} ranks", in.size(0), size_));
+  Recorder r(*this, Op::kAllToAll, nbytes(in));
   note_entered(Op::kAllToAll, stats_.sequence, stats_.last_bytes);
   at::Tensor i = in;
   std::vector<int64_t> equal;  // empty split sizes: equal chunks
@@ -251,21 +264,21 @@ void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in) {
 }
 
 void ProcessGroup::send(const torch::Tensor& t, int dst, int tag) {
-  Recorder r(stats_, Op::kSend, nbytes(t));
+  Recorder r(*this, Op::kSend, nbytes(t));
   note_entered(Op::kSend, stats_.sequence, stats_.last_bytes);
   std::vector<at::Tensor> v{t};
   wait(backend_->send(v, dst, tag), Op::kSend);
 }
 
 void ProcessGroup::recv(torch::Tensor& t, int src, int tag) {
-  Recorder r(stats_, Op::kRecv, nbytes(t));
+  Recorder r(*this, Op::kRecv, nbytes(t));
   note_entered(Op::kRecv, stats_.sequence, stats_.last_bytes);
   std::vector<at::Tensor> v{t};
   wait(backend_->recv(v, src, tag), Op::kRecv);
 }
 
 void ProcessGroup::barrier() {
-  Recorder r(stats_, Op::kBarrier, 0);
+  Recorder r(*this, Op::kBarrier, 0);
   note_entered(Op::kBarrier, stats_.sequence, stats_.last_bytes);
   wait(backend_->barrier(), Op::kBarrier);
 }

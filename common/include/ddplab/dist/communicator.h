@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -12,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
+
+#include "ddplab/trace.h"
 
 namespace ddplab::dist {
 
@@ -80,6 +83,12 @@ class Communicator {
   const CommStats& stats() const noexcept { return stats_; }
   void reset_stats() { stats_ = CommStats(); }
 
+  /// Also records every collective on `trace` (--trace), where the statistics are counted: a
+  /// blocking one from entry to return, an asynchronous one from launch to the return of its
+  /// wait(). nullptr (the default): nothing is recorded and nothing is spent on it.
+  void set_trace(std::shared_ptr<ddplab::trace::Recorder> trace) { tracer_ = std::move(trace); }
+  ddplab::trace::Recorder* tracer() const noexcept { return tracer_.get(); }
+
  protected:
   /// For asynchronous collectives: counts the call and its bytes as it starts and returns its
   /// sequence number (the "#N" in a timeout message).
@@ -87,18 +96,32 @@ class Communicator {
   /// Adds the time spent waiting for an asynchronous collective.
   void record_wait(Op op, double seconds);
 
-  /// Implementations call this around each blocking collective.
+  /// Puts an asynchronous collective on the trace, if there is one: `lane` from
+  /// tracer()->begin_collective() at launch, `start` the launch time.
+  void trace_async(int lane, Op op, std::chrono::steady_clock::time_point start, int64_t bytes, int64_t sequence);
+
+  /// Implementations call this around each blocking collective. The Communicator& form also
+  /// puts the collective on the trace (--trace); the CommStats& form only counts it.
   class Recorder {
    public:
+    Recorder(Communicator& c, Op op, int64_t bytes);
     Recorder(CommStats& s, Op op, int64_t bytes);
     ~Recorder();
+    Recorder(const Recorder&) = delete;
+    Recorder& operator=(const Recorder&) = delete;
 
    private:
     CommStats& s_;
+    ddplab::trace::Recorder* trace_ = nullptr;
     Op op_;
+    int lane_ = -1;
+    int64_t bytes_ = 0, sequence_ = 0;
     std::chrono::steady_clock::time_point start_;
   };
   CommStats stats_;
+
+ private:
+  std::shared_ptr<ddplab::trace::Recorder> tracer_;
 };
 
 /// Broadcasts every parameter and buffer of `module` from `root` (start every rank from rank 0's
