@@ -17,7 +17,7 @@ void setup_bench_train(CLI::App& bench);
 void setup_bench_allreduce(CLI::App& bench);
 /// Registers `bench scaling` (and its hidden per-rank worker) under `bench` (tools/bench_scaling.cpp).
 void setup_bench_scaling(CLI::App& bench);
-/// Registers `bench grade` under `bench` (tools/grade.cpp).
+/// Registers `bench grade` under `bench` (tools/bench_grade.cpp).
 void setup_bench_grade(CLI::App& bench);
 
 /// Exit status the process returns after a subcommand ran (a benchmark that missed its target: 1).

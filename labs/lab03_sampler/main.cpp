@@ -133,12 +133,7 @@ int main(int argc, char** argv) {
                                     "the job would hang at a collective when the shorter rank runs out");
     const int64_t steps_per_epoch = run.steps_per_epoch(sampler.num_samples());
     run.start_training(model.ptr(), steps_per_epoch);
-    log::info0(
-        "sampler: shard {}, tail {} ({} padded, {} dropped), shuffle {}, stratify {}, order {}; {} samples x {} "
-        "rank(s), {} steps per epoch",
-        lab03::shard_mode_name(cfg.mode), lab03::tail_policy_name(cfg.tail), sampler.padding(), sampler.dropped(),
-        cfg.shuffle ? "on" : "off", cfg.stratify ? "on" : "off", order, sampler.num_samples(), run.world_size(),
-        steps_per_epoch);
+    log::info0("sampler: {}, order {}; {} steps per epoch", sampler.describe(), order, steps_per_epoch);
 
     nlohmann::json sj = sampler.to_json();
     sj["order"] = order;

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "ddplab/data/shard.h"
@@ -108,6 +109,12 @@ class DistributedSampler {
   uint64_t dropped() const noexcept { return dropped_.size(); }
   const std::vector<uint64_t>& dropped_indices() const noexcept { return dropped_; }
   const SamplerConfig& config() const noexcept { return config_; }
+  /// "shard strided, tail pad (1 padded, 0 dropped), shuffle on, stratify off; 2501 samples x 2 rank(s)".
+  std::string describe() const {
+    return fmt::format("shard {}, tail {} ({} padded, {} dropped), shuffle {}, stratify {}; {} samples x {} rank(s)",
+                       shard_mode_name(config_.mode), tail_policy_name(config_.tail), padding(), dropped(),
+                       config_.shuffle ? "on" : "off", config_.stratify ? "on" : "off", num_samples(), world_);
+  }
   /// The sampler's settings and this epoch's sizes, for the run report.
   nlohmann::json to_json() const {
     return {{"shard", shard_mode_name(config_.mode)},
