@@ -35,16 +35,19 @@ int run_bench_allreduce(const BenchAllreduceOptions& o) {
   if (env.distributed()) set_process_rank(env.rank);
   sys::configure_threads(1);
   torch::Device device = sys::parse_device(o.device);
-  if (device.is_cuda() && !device.has_index()) device = torch::Device(torch::kCUDA, static_cast<int8_t>(env.local_rank));
+  if (device.is_cuda() && !device.has_index())
+    device = torch::Device(torch::kCUDA, static_cast<int8_t>(env.local_rank));
   dist::ProcessGroupOptions po;
   po.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout * 1000));
   auto pg = dist::ProcessGroup::join(env, device, po);
   const int n = pg->size();
   const bool root = pg->rank() == 0;
   if (root) {
-    fmt::print("# ddplab bench allreduce: {} rank(s), backend {}, device {}, float32 sum, {} iterations after {} warm-up\n",
-               n, pg->backend_name(), device.str(), o.iters, o.warmup);
-    fmt::print("# busbw = algbw * 2(n-1)/n; time: the slowest rank's mean per call, each call started after a barrier\n");
+    fmt::print(
+        "# ddplab bench allreduce: {} rank(s), backend {}, device {}, float32 sum, {} iterations after {} warm-up\n", n,
+        pg->backend_name(), device.str(), o.iters, o.warmup);
+    fmt::print(
+        "# busbw = algbw * 2(n-1)/n; time: the slowest rank's mean per call, each call started after a barrier\n");
     fmt::print("{:>12} {:>12} {:>11} {:>10} {:>10} {:>7}\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
                "busbw(GB/s)", "#wrong");
   }
@@ -80,7 +83,8 @@ int run_bench_allreduce(const BenchAllreduceOptions& o) {
     const double algbw = static_cast<double>(bytes) / slowest / 1e9;
     const double busbw = algbw * 2.0 * (n - 1) / n;
     if (root) {
-      fmt::print("{:>12} {:>12} {:>11.1f} {:>10.3f} {:>10.3f} {:>7}\n", bytes, count, slowest * 1e6, algbw, busbw, wrong);
+      fmt::print("{:>12} {:>12} {:>11.1f} {:>10.3f} {:>10.3f} {:>7}\n", bytes, count, slowest * 1e6, algbw, busbw,
+                 wrong);
     }
   }
   pg->shutdown();

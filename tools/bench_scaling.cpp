@@ -159,12 +159,12 @@ std::vector<nlohmann::json> run_job(const ScalingOptions& o, int n, const std::s
 
 struct Row {
   int n = 0;
-  double capacity = 0;     ///< samples/s of n independent trainers, summed
-  double ddp = 0;          ///< unique samples/s of the data-parallel job
-  double step_ms = 0;      ///< the job's step time: slowest rank's median
+  double capacity = 0;       ///< samples/s of n independent trainers, summed
+  double ddp = 0;            ///< unique samples/s of the data-parallel job
+  double step_ms = 0;        ///< the job's step time: slowest rank's median
   double comm_fraction = 0;  ///< exposed communication / wall, rank 0
   double collectives = 0, bytes = 0;
-  bool identical = true;   ///< parameters equal on every rank at the end
+  bool identical = true;  ///< parameters equal on every rank at the end
   double efficiency() const { return capacity > 0 ? ddp / capacity : 0; }
 };
 
@@ -179,10 +179,12 @@ int run_scaling(ScalingOptions o) {
   dist::parse_sync_strategy(o.sync);  // a bad --sync fails before anything starts
   const fs::path scratch = fs::temp_directory_path() / fmt::format("ddplab-bench-scaling-{}", ::getpid());
 
-  fmt::print("bench scaling: DeepFM, batch {} per rank, {} thread(s) per rank, sync {}, {} timed steps after {} warm-up\n",
-             o.batch, o.threads, o.sync, o.steps, o.warmup);
+  fmt::print(
+      "bench scaling: DeepFM, batch {} per rank, {} thread(s) per rank, sync {}, {} timed steps after {} warm-up\n",
+      o.batch, o.threads, o.sync, o.steps, o.warmup);
   fmt::print("  capacity = samples/s of n independent trainers started together (the machine's n-process compute)\n");
-  fmt::print("  efficiency = data-parallel unique samples/s / capacity;  speedup = vs the first row's data-parallel run\n");
+  fmt::print(
+      "  efficiency = data-parallel unique samples/s / capacity;  speedup = vs the first row's data-parallel run\n");
   fmt::print("{:>6} {:>14} {:>14} {:>10} {:>8} {:>11} {:>7} {:>12} {:>10}\n", "ranks", "capacity(s/s)", "ddp(s/s)",
              "step(ms)", "speedup", "efficiency", "comm%", "coll/step", "MB/step");
   std::vector<Row> rows;
@@ -205,9 +207,8 @@ int run_scaling(ScalingOptions o) {
     row.bytes = ddp[0].value("bytes_per_step", 0.0);
     const double speedup = rows.empty() ? 1.0 : row.ddp / rows.front().ddp;
     fmt::print("{:>6} {:>14.0f} {:>14.0f} {:>10.2f} {:>8.2f} {:>11.3f} {:>6.1f}% {:>12.1f} {:>10.2f}{}\n", n,
-               row.capacity, row.ddp, row.step_ms, speedup, row.efficiency(),
-               100 * row.comm_fraction, row.collectives, row.bytes / 1e6,
-               row.identical ? "" : "   PARAMETERS DIFFER ACROSS RANKS");
+               row.capacity, row.ddp, row.step_ms, speedup, row.efficiency(), 100 * row.comm_fraction, row.collectives,
+               row.bytes / 1e6, row.identical ? "" : "   PARAMETERS DIFFER ACROSS RANKS");
     rows.push_back(row);
   }
   if (!o.keep) fs::remove_all(scratch);
@@ -227,8 +228,14 @@ int run_scaling(ScalingOptions o) {
                ok ? "OK" : "FAILED", identical ? "" : " (parameters differ across ranks)");
   }
   if (!o.json.empty()) {
-    nlohmann::json j = {{"benchmark", "scaling"}, {"batch", o.batch}, {"threads", o.threads}, {"sync", o.sync},
-                        {"steps", o.steps},      {"target", o.target}, {"ok", ok},         {"rows", nlohmann::json::array()}};
+    nlohmann::json j = {{"benchmark", "scaling"},
+                        {"batch", o.batch},
+                        {"threads", o.threads},
+                        {"sync", o.sync},
+                        {"steps", o.steps},
+                        {"target", o.target},
+                        {"ok", ok},
+                        {"rows", nlohmann::json::array()}};
     for (const auto& r : rows) {
       j["rows"].push_back({{"ranks", r.n},
                            {"capacity_samples_per_s", r.capacity},
@@ -251,7 +258,8 @@ int run_scaling(ScalingOptions o) {
 void setup_bench_scaling(CLI::App& bench) {
   auto o = std::make_shared<ScalingOptions>();
   auto* sub = bench.add_subcommand("scaling", "Training throughput at 1..N ranks vs the machine's N-process capacity");
-  sub->add_option("--ranks", o->ranks, "World sizes to measure (default: 1..usable cores, at least 1,2)")->delimiter(',');
+  sub->add_option("--ranks", o->ranks, "World sizes to measure (default: 1..usable cores, at least 1,2)")
+      ->delimiter(',');
   sub->add_option("--batch", o->batch, "Batch size per rank")->capture_default_str();
   sub->add_option("--threads", o->threads, "Intra-op threads per rank")->capture_default_str();
   sub->add_option("--warmup", o->warmup, "Untimed steps per job")->capture_default_str();

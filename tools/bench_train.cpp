@@ -90,15 +90,22 @@ int run_bench_train(const BenchTrainOptions& o) {
     fmt::print("  (no CPU SGEMM target on {}; figures reported only)\n", device.str());
   }
   if (!o.json.empty()) {
-    const nlohmann::json j = {{"benchmark", "train"},     {"batch", o.batch},
-                              {"threads", o.threads},     {"device", device.str()},
-                              {"steps", timer.steps()},   {"step_median_s", step_median},
-                              {"samples_per_s", samples_per_s}, {"gflops", gflops},
-                              {"sgemm_peak_gflops", peak}, {"fraction_of_peak", fraction},
-                              {"target", o.target},       {"ok", ok},
-                              {"phases", {{"forward", timer.total(Phase::kForward)},
-                                          {"backward", timer.total(Phase::kBackward)},
-                                          {"optimizer", timer.total(Phase::kOptimizer)}}}};
+    const nlohmann::json j = {{"benchmark", "train"},
+                              {"batch", o.batch},
+                              {"threads", o.threads},
+                              {"device", device.str()},
+                              {"steps", timer.steps()},
+                              {"step_median_s", step_median},
+                              {"samples_per_s", samples_per_s},
+                              {"gflops", gflops},
+                              {"sgemm_peak_gflops", peak},
+                              {"fraction_of_peak", fraction},
+                              {"target", o.target},
+                              {"ok", ok},
+                              {"phases",
+                               {{"forward", timer.total(Phase::kForward)},
+                                {"backward", timer.total(Phase::kBackward)},
+                                {"optimizer", timer.total(Phase::kOptimizer)}}}};
     write_file_atomic(o.json, j.dump(2) + "\n");
   }
   return ok ? 0 : 1;
@@ -117,8 +124,9 @@ void setup_bench_train(CLI::App& bench) {
   train->add_option("--min-seconds", o->min_seconds, "Minimum timed seconds")->capture_default_str();
   train->add_option("--target", o->target, "Required fraction of threads x single-thread SGEMM peak")
       ->capture_default_str();
-  train->add_flag("--tune-allocator,!--no-tune-allocator", o->tune_allocator,
-                  "Keep freed memory in the process (glibc defaults page-fault every step)")
+  train
+      ->add_flag("--tune-allocator,!--no-tune-allocator", o->tune_allocator,
+                 "Keep freed memory in the process (glibc defaults page-fault every step)")
       ->capture_default_str();
   train->add_option("--json", o->json, "Also write the figures to this JSON file");
   train->callback([o] { exit_status() = run_bench_train(*o); });

@@ -56,12 +56,12 @@ void run_gen(const GenOptions& o) {
   });
   const d::Metadata& m = r.meta;
   const bool ok = r.samples_per_s_per_thread >= kTargetRatePerThread;
-  fmt::print("  generator setup        {:.3f} s (teacher and bias calibration, not timed below)\n",
-             r.setup_seconds);
+  fmt::print("  generator setup        {:.3f} s (teacher and bias calibration, not timed below)\n", r.setup_seconds);
   fmt::print("  threads                {}\n", r.threads);
-  fmt::print("  generate + write       {:.3f} s (of which hashing, writing and fsync: {:.3f} s summed over "
-             "threads, fsync overlapped)\n",
-             r.seconds, r.write_seconds);
+  fmt::print(
+      "  generate + write       {:.3f} s (of which hashing, writing and fsync: {:.3f} s summed over "
+      "threads, fsync overlapped)\n",
+      r.seconds, r.write_seconds);
   fmt::print("  samples/s per thread   {:.0f} (target >= {:.0f}) {}\n", r.samples_per_s_per_thread,
              kTargetRatePerThread, ok ? "OK" : "FAILED");
   fmt::print("  generator alone        {:.0f} samples per CPU second in fill (excludes waiting and I/O)\n",
@@ -85,8 +85,8 @@ void run_verify(const VerifyOptions& o) {
   for (const d::Split split : {d::Split::kTrain, d::Split::kTest}) {
     const d::Dataset ds(o.dir, split, /*verify_checksums=*/true);
     for (const d::ShardReader& s : ds.shards()) {
-      fmt::print("OK  {:<6} {}  {} records from index {}, checksum {:016x}\n", d::split_name(split), s.path(),
-                 s.size(), s.header().first_index, s.header().checksum);
+      fmt::print("OK  {:<6} {}  {} records from index {}, checksum {:016x}\n", d::split_name(split), s.path(), s.size(),
+                 s.header().first_index, s.header().checksum);
     }
     shards += ds.shards().size();
     samples += ds.size();
@@ -111,8 +111,8 @@ void run_stats(const StatsOptions& o) {
   fmt::print("dense inputs log1p(x_j):\n");
   fmt::print("{:<8}{:>12}{:>12}{:>12}{:>12}\n", "j", "train mean", "train std", "test mean", "test std");
   for (int j = 0; j < d::kNumDense; ++j) {
-    fmt::print("{:<8}{:>12.4f}{:>12.4f}{:>12.4f}{:>12.4f}\n", j, tr.dense_mean[j], tr.dense_std[j],
-               te.dense_mean[j], te.dense_std[j]);
+    fmt::print("{:<8}{:>12.4f}{:>12.4f}{:>12.4f}{:>12.4f}\n", j, tr.dense_mean[j], tr.dense_std[j], te.dense_mean[j],
+               te.dense_std[j]);
   }
   fmt::print("\ncategorical fields (top-id share: fraction of samples with the most frequent id):\n");
   fmt::print("{:<8}{:>12}{:>17}{:>17}{:>17}{:>17}\n", "field", "cardinality", "train distinct", "train top share",
@@ -131,7 +131,8 @@ void setup_data(CLI::App& app) {
 
   auto gen_opts = std::make_shared<GenOptions>();
   CLI::App* gen = data->add_subcommand(
-      "gen", "Generate the data set (shared/workload.md); also benchmarks the generator (target 500k samples/s/thread)");
+      "gen",
+      "Generate the data set (shared/workload.md); also benchmarks the generator (target 500k samples/s/thread)");
   gen->add_option("--out", gen_opts->gen.out_dir, "Output directory")->required();
   gen->add_option("--train", gen_opts->gen.train, "Training samples (indices [0, N))")
       ->capture_default_str()
@@ -143,14 +144,15 @@ void setup_data(CLI::App& app) {
   gen->add_option("--shard-size", gen_opts->gen.shard_size, "Records per shard (the last may hold fewer)")
       ->capture_default_str()
       ->check(at_least(1));
-  gen->add_option("--threads", gen_opts->gen.threads, "Generator threads, at most one per shard (0: all hardware threads)")
+  gen->add_option("--threads", gen_opts->gen.threads,
+                  "Generator threads, at most one per shard (0: all hardware threads)")
       ->capture_default_str()
       ->check(at_least(0));
   gen->callback([gen_opts] { run_gen(*gen_opts); });
 
   auto verify_opts = std::make_shared<VerifyOptions>();
-  CLI::App* verify = data->add_subcommand(
-      "verify", "Check every shard of a data set: header, size, record fields and checksum");
+  CLI::App* verify =
+      data->add_subcommand("verify", "Check every shard of a data set: header, size, record fields and checksum");
   verify->add_option("DIR", verify_opts->dir, "Data set directory")->required();
   verify->callback([verify_opts] { run_verify(*verify_opts); });
 

@@ -42,17 +42,23 @@ int run_doctor(const DoctorOptions& o) {
   const bool blas_ok = blas.optimized && sgemm >= o.min_sgemm_gflops;
   const std::string cfg = sys::torch_build_config();
 
-  nlohmann::json j = {
-      {"ddplab", {{"version", DDPLAB_VERSION}, {"build_type", DDPLAB_BUILD_TYPE}, {"lab_tree", DDPLAB_LAB_TREE}}},
-      {"torch", {{"version", TORCH_VERSION}, {"cxx11_abi", _GLIBCXX_USE_CXX11_ABI}, {"parallel", at::get_parallel_info()}}},
-      {"blas",
-       {{"vendor", blas.vendor}, {"library", blas.library}, {"config", blas.config}, {"optimized", blas.optimized},
-        {"sgemm_gflops_1thread", sgemm}}},
-      {"cpu", {{"usable_cores", sys::usable_cores()}, {"intra_op_threads", at::get_num_threads()}}},
-      {"cuda", {{"available", cuda}, {"devices", cuda ? torch::cuda::device_count() : 0},
-                {"cudnn", cuda && torch::cuda::cudnn_is_available()}}},
-      {"c10d", {{"gloo", DDPLAB_HAVE_GLOO_01 == 1}, {"nccl", DDPLAB_HAVE_NCCL_01 == 1}}},
-      {"verdict", {{"blas_ok", blas_ok}}}};
+  nlohmann::json j =
+      {{"ddplab", {{"version", DDPLAB_VERSION}, {"build_type", DDPLAB_BUILD_TYPE}, {"lab_tree", DDPLAB_LAB_TREE}}},
+       {"torch",
+        {{"version", TORCH_VERSION}, {"cxx11_abi", _GLIBCXX_USE_CXX11_ABI}, {"parallel", at::get_parallel_info()}}},
+       {"blas",
+        {{"vendor", blas.vendor},
+         {"library", blas.library},
+         {"config", blas.config},
+         {"optimized", blas.optimized},
+         {"sgemm_gflops_1thread", sgemm}}},
+       {"cpu", {{"usable_cores", sys::usable_cores()}, {"intra_op_threads", at::get_num_threads()}}},
+       {"cuda",
+        {{"available", cuda},
+         {"devices", cuda ? torch::cuda::device_count() : 0},
+         {"cudnn", cuda && torch::cuda::cudnn_is_available()}}},
+       {"c10d", {{"gloo", DDPLAB_HAVE_GLOO_01 == 1}, {"nccl", DDPLAB_HAVE_NCCL_01 == 1}}},
+       {"verdict", {{"blas_ok", blas_ok}}}};
   if (o.json) {
     std::cout << j.dump(2) << "\n";
   } else {
@@ -78,7 +84,7 @@ int run_doctor(const DoctorOptions& o) {
                at::get_num_threads());
     fmt::print("CUDA          {}\n", cuda ? fmt::format("{} device(s), cuDNN {}", torch::cuda::device_count(),
                                                         torch::cuda::cudnn_is_available() ? "yes" : "no")
-                                           : "not available");
+                                          : "not available");
     fmt::print("c10d          Gloo {}, NCCL {}\n", DDPLAB_HAVE_GLOO_01 ? "yes" : "no (not built)",
                DDPLAB_HAVE_NCCL_01 ? "yes" : "no (not built)");
   }

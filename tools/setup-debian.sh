@@ -12,7 +12,7 @@ PACKAGES=(
   libopenblas0-openmp     # optimized BLAS; the OpenMP build obeys torch::set_num_threads
   libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  doxygen
+  doxygen clang-format   # API reference; the style check (.clang-format)
   openmpi-bin             # mpirun, to show that labs run under other launchers
   unzip zip               # the grader unpacks zipped submissions; its self-tests zip one
   python3-torch           # torchrun (PyTorch 1.13), the third launcher the labs are tested under

@@ -33,10 +33,10 @@ torch::Tensor DeepFMImpl::fm_interaction(const torch::Tensor& e) {
 }
 
 torch::Tensor DeepFMImpl::forward(const torch::Tensor& dense, const torch::Tensor& rows) {
-  const torch::Tensor e = embedding->forward(rows);                               // [B, 26, D]
-  const torch::Tensor first = first_order->forward(rows).sum({1, 2}) +             // [B]
+  const torch::Tensor e = embedding->forward(rows);                     // [B, 26, D]
+  const torch::Tensor first = first_order->forward(rows).sum({1, 2}) +  // [B]
                               dense_linear->forward(dense).squeeze(1);
-  const torch::Tensor deep_in = torch::cat({e.flatten(1), dense}, 1);             // [B, 429]
+  const torch::Tensor deep_in = torch::cat({e.flatten(1), dense}, 1);  // [B, 429]
   return first + fm_interaction(e) + mlp->forward(deep_in).squeeze(1);
 }
 

@@ -273,8 +273,8 @@ void Job::validate_and_prepare() {
   if (s.nproc < 1) throw ConfigError(fmt::format("launch: nproc {}: must be at least 1", s.nproc));
   if (s.nnodes < 1) throw ConfigError(fmt::format("launch: nnodes {}: must be at least 1", s.nnodes));
   if (s.node_rank < 0 || s.node_rank >= s.nnodes) {
-    throw ConfigError(fmt::format("launch: node rank {}: must be in [0, {}) for {} node(s)", s.node_rank, s.nnodes,
-                                  s.nnodes));
+    throw ConfigError(
+        fmt::format("launch: node rank {}: must be in [0, {}) for {} node(s)", s.node_rank, s.nnodes, s.nnodes));
   }
   if (s.master_port < 0 || s.master_port > 65535) {
     throw ConfigError(
@@ -312,8 +312,8 @@ void Job::validate_and_prepare() {
   if (resolved_.master_port == 0) resolved_.master_port = find_free_port(s.master_addr);
   if (resolved_.run_id.empty()) {
     const auto now = std::chrono::system_clock::now().time_since_epoch();
-    resolved_.run_id = fmt::format("ddplab-{}-{}", ::getpid(),
-                                   std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
+    resolved_.run_id =
+        fmt::format("ddplab-{}-{}", ::getpid(), std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
   }
 }
 
@@ -366,7 +366,8 @@ void Job::start_rank(Rank& r, const std::map<std::string, std::string>& env) {
     // Our handler would otherwise run here between unblocking and exec, and wake the launcher
     // through the inherited self-pipe. SIGPIPE goes back to the default as Python's subprocess
     // does: a caller that ignores it (to survive a closed socket) should not pass that on.
-    struct sigaction dfl {}, current {};
+    struct sigaction dfl {
+    }, current{};
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
     for (int sig : kForwarded) {
@@ -375,15 +376,15 @@ void Job::start_rank(Rank& r, const std::map<std::string, std::string>& env) {
     }
     ::sigaction(SIGPIPE, &dfl, nullptr);
     if (spec_.memory_limit_bytes > 0 || spec_.file_size_limit_bytes > 0) {
-      const struct rlimit no_core {0, 0};
+      const struct rlimit no_core { 0, 0 };
       ::setrlimit(RLIMIT_CORE, &no_core);
     }
     if (spec_.memory_limit_bytes > 0) {
-      const struct rlimit as {spec_.memory_limit_bytes, spec_.memory_limit_bytes};
+      const struct rlimit as { spec_.memory_limit_bytes, spec_.memory_limit_bytes };
       ::setrlimit(RLIMIT_AS, &as);
     }
     if (spec_.file_size_limit_bytes > 0) {
-      const struct rlimit fsize {spec_.file_size_limit_bytes, spec_.file_size_limit_bytes};
+      const struct rlimit fsize { spec_.file_size_limit_bytes, spec_.file_size_limit_bytes };
       ::setrlimit(RLIMIT_FSIZE, &fsize);
     }
     ::dup2(devnull_, STDIN_FILENO);  // a background process group reading the terminal would stop
@@ -516,8 +517,8 @@ void Job::on_rank_exit(Rank& r, int status) {
     result_.first_failed_rank = r.global;
     result_.exit_code = r.result.exit_code;
     const bool others = !running_ranks().empty();
-    result_.summary = fmt::format("rank {} (pid {}) {}{}", r.global, r.pid, how,
-                                  others ? "; stopping the other ranks" : "");
+    result_.summary =
+        fmt::format("rank {} (pid {}) {}{}", r.global, r.pid, how, others ? "; stopping the other ranks" : "");
     message(result_.summary);
     if (others) begin_stop(SIGTERM);
   } else if (spec_.verbose) {
@@ -615,16 +616,16 @@ void Job::event_loop() {
         names += fmt::format("{} (pid {})", r.global, r.pid);
         r.result.timed_out = true;
       }
-      result_.summary = fmt::format("timed out after {:g} s; ranks still running: {}; stopping them", spec_.timeout_s,
-                                    names);
+      result_.summary =
+          fmt::format("timed out after {:g} s; ranks still running: {}; stopping them", spec_.timeout_s, names);
       message(result_.summary);
       begin_stop(SIGTERM);
     }
     if (kill_at_ && !killed_ && now >= *kill_at_) {
       const auto left = running_ranks();
       if (!left.empty()) {
-        message(fmt::format("rank(s) {} still running {:g} s after SIGTERM; sending SIGKILL",
-                            fmt::join(left, ", "), spec_.grace_s));
+        message(fmt::format("rank(s) {} still running {:g} s after SIGTERM; sending SIGKILL", fmt::join(left, ", "),
+                            spec_.grace_s));
       }
       signal_running(SIGKILL);
       killed_ = true;
@@ -827,9 +828,10 @@ int find_free_port(const std::string& addr) {
     ::close(fd);
   }
   ::freeaddrinfo(found);
-  throw ConfigError(fmt::format("launch: cannot bind a port on master address '{}' ({}); is it an address of "
-                                "this machine?",
-                                addr, last_error));
+  throw ConfigError(
+      fmt::format("launch: cannot bind a port on master address '{}' ({}); is it an address of "
+                  "this machine?",
+                  addr, last_error));
 }
 
 std::map<std::string, std::string> rank_environment(const LaunchSpec& spec, int local_rank) {

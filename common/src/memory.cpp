@@ -33,7 +33,8 @@ uint64_t cuda_peak_allocated_bytes() {
 #ifdef DDPLAB_HAVE_CUDA
   if (!torch::cuda::is_available()) return 0;
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-  const auto& peak = stats.allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].peak;
+  const auto& peak =
+      stats.allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].peak;
   return static_cast<uint64_t>(peak);
 #else
   return 0;

@@ -10,9 +10,8 @@
 namespace ddplab::metrics {
 
 double exact_auc(const std::vector<float>& scores, const std::vector<float>& labels) {
-  DDPLAB_CHECK(scores.size() == labels.size(),
-               "exact_auc: " + std::to_string(scores.size()) + " scores but " +
-                   std::to_string(labels.size()) + " labels");
+  DDPLAB_CHECK(scores.size() == labels.size(), "exact_auc: " + std::to_string(scores.size()) + " scores but " +
+                                                   std::to_string(labels.size()) + " labels");
   const size_t n = scores.size();
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
@@ -41,9 +40,8 @@ double exact_auc(const std::vector<float>& scores, const std::vector<float>& lab
 }
 
 double log_loss(const std::vector<float>& probs, const std::vector<float>& labels) {
-  DDPLAB_CHECK(probs.size() == labels.size(),
-               "log_loss: " + std::to_string(probs.size()) + " probabilities but " +
-                   std::to_string(labels.size()) + " labels");
+  DDPLAB_CHECK(probs.size() == labels.size(), "log_loss: " + std::to_string(probs.size()) + " probabilities but " +
+                                                  std::to_string(labels.size()) + " labels");
   DDPLAB_CHECK(!probs.empty(), "log_loss: no samples");
   double sum = 0.0;
   for (size_t i = 0; i < probs.size(); ++i) {

@@ -144,8 +144,8 @@ nlohmann::json RunReport::load(const std::string& path) {
     throw Error(fmt::format("{} is not a ddplab run report (schema is not '{}')", path, kReportSchema));
   }
   if (j.value("version", 0) != kReportVersion) {
-    throw Error(fmt::format("run report {} has version {}, this ddplab reads version {}", path,
-                            j.value("version", 0), kReportVersion));
+    throw Error(fmt::format("run report {} has version {}, this ddplab reads version {}", path, j.value("version", 0),
+                            kReportVersion));
   }
   return j;
 }
@@ -158,8 +158,8 @@ void write_file_atomic(const std::string& path, const std::string& text) {
   const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) throw Error(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
-                  ::fsync(::fileno(f)) == 0;
+  const bool ok =
+      std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
   const int err = errno;
   std::fclose(f);
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -46,9 +46,9 @@ void configure_threads(int threads) {
 void tune_allocator() {
   // Fixed thresholds also switch off glibc's dynamic threshold, which otherwise keeps
   // unmapping blocks larger than the last one freed.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);          // serve blocks up to 1 GiB from the heap
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);                          // serve blocks up to 1 GiB from the heap
   mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());  // never give the heap top back
-  mallopt(M_TOP_PAD, 64 << 20);                // grow the heap in 64 MiB steps
+  mallopt(M_TOP_PAD, 64 << 20);                                // grow the heap in 64 MiB steps
 }
 
 BlasInfo blas_info() {
@@ -117,8 +117,9 @@ torch::Device parse_device(const std::string& spec) {
   if (s == "cpu") return torch::kCPU;
   if (s.rfind("cuda", 0) == 0) {
     if (!torch::cuda::is_available()) {
-      throw ConfigError(fmt::format(
-          "--device {}: CUDA is not available (this LibTorch was built without CUDA, or no GPU is visible)", spec));
+      throw ConfigError(
+          fmt::format("--device {}: CUDA is not available (this LibTorch was built without CUDA, or no GPU is visible)",
+                      spec));
     }
     try {
       const torch::Device d(s);

@@ -52,8 +52,8 @@ TEST(DeepFM, ForwardIsFirstOrderPlusFmPlusDeep) {
 TEST(DeepFM, EveryParameterGetsGradient) {
   ddplab::DeepFM m;
   const auto dense = torch::rand({3, 13});
-  const auto rows = torch::zeros({3, 26}, torch::kInt64) + torch::tensor(std::vector<int64_t>(
-      ddplab::data::kOffset.begin(), ddplab::data::kOffset.end()));
+  const auto rows = torch::zeros({3, 26}, torch::kInt64) +
+                    torch::tensor(std::vector<int64_t>(ddplab::data::kOffset.begin(), ddplab::data::kOffset.end()));
   m->forward(dense, rows).sum().backward();
   for (const auto& p : m->named_parameters()) {
     ASSERT_TRUE(p.value().grad().defined()) << p.key();

@@ -42,7 +42,8 @@ TEST(LabFlags, RecordsEveryValueUnderItsKey) {
   f.flag("--stratify", stratify, "");
   f.flag("--shuffle,!--no-shuffle", shuffle, "");
   parse(app, {"--shard", "contiguous", "--accum", "4", "--stratify", "--no-shuffle"});
-  EXPECT_EQ(f.values(), (nlohmann::json{{"shard", "contiguous"}, {"accum", 4}, {"stratify", true}, {"shuffle", false}}));
+  EXPECT_EQ(f.values(),
+            (nlohmann::json{{"shard", "contiguous"}, {"accum", 4}, {"stratify", true}, {"shuffle", false}}));
 }
 
 TEST(LabFlags, DefaultsAreRecordedWhenAFlagIsNotGiven) {

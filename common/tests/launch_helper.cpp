@@ -29,10 +29,10 @@ const char* kUsage =
     "  touch:PATH        create PATH             wait-file:PATH  wait (up to 60 s) until PATH exists\n"
     "  grandchild:PATH   fork a child that writes its pid to PATH and sleeps 60 s\n";
 
-const char* kEnvNames[] = {"RANK",        "WORLD_SIZE",          "LOCAL_RANK",    "LOCAL_WORLD_SIZE",
-                           "GROUP_RANK",  "ROLE_RANK",           "ROLE_WORLD_SIZE", "MASTER_ADDR",
-                           "MASTER_PORT", "TORCHELASTIC_RUN_ID", "DDPLAB_LAUNCHER", "OMPI_COMM_WORLD_RANK",
-                           "SLURM_PROCID", "SLURM_NTASKS",       "SLURM_LOCALID",  "DDPLAB_TEST_EXTRA"};
+const char* kEnvNames[] = {"RANK",         "WORLD_SIZE",          "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
+                           "GROUP_RANK",   "ROLE_RANK",           "ROLE_WORLD_SIZE", "MASTER_ADDR",
+                           "MASTER_PORT",  "TORCHELASTIC_RUN_ID", "DDPLAB_LAUNCHER", "OMPI_COMM_WORLD_RANK",
+                           "SLURM_PROCID", "SLURM_NTASKS",        "SLURM_LOCALID",   "DDPLAB_TEST_EXTRA"};
 
 bool file_exists(const std::string& path) {
   struct stat st {};

@@ -36,8 +36,8 @@ Dataset::Dataset(const std::string& dir, Split split, bool verify_checksums)
     }
     if (h.first_index != base + size_) {
       throw DataError(path, offsetof(ShardHeader, first_index),
-                      "first index " + std::to_string(h.first_index) + ", expected " +
-                          std::to_string(base + size_) + " (shards out of order or missing?)");
+                      "first index " + std::to_string(h.first_index) + ", expected " + std::to_string(base + size_) +
+                          " (shards out of order or missing?)");
     }
     starts_.push_back(size_);
     size_ += h.count;

@@ -155,15 +155,13 @@ GenerateResult generate(const GenerateOptions& opts, const TeacherMetricsFn& tea
         for (uint64_t k = 0; k < n; ++k) positives[j] += buf[k].label;
         const auto w0 = std::chrono::steady_clock::now();
         writer->append(buf, n);
-        write_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w0)
-                        .count();
+        write_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w0).count();
       }
       std::lock_guard<std::mutex> lock(commits_mu);
       commits.push_back(std::async(std::launch::async, [w = std::move(writer), &write_ns] {
         const auto w0 = std::chrono::steady_clock::now();
         w->commit();
-        write_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w0)
-                        .count();
+        write_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - w0).count();
       }));
     });
   } catch (...) {

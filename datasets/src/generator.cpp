@@ -72,13 +72,12 @@ void parallel_chunks(size_t chunks, Fn fn) {
 // CDF load. What did pay: issuing all 26 guide loads before any scan, see features().)
 struct ZipfTable {
   uint32_t card = 0;
-  double scale = 0.0;            // K
-  std::vector<double> cdf;       // card entries; the last is exactly 1.0
-  std::vector<uint16_t> guide;   // K + 1 entries: guide[b] = #{j : cdf[j] <= b / K}
+  double scale = 0.0;           // K
+  std::vector<double> cdf;      // card entries; the last is exactly 1.0
+  std::vector<uint16_t> guide;  // K + 1 entries: guide[b] = #{j : cdf[j] <= b / K}
 
   explicit ZipfTable(uint32_t c) : card(c) {
-    static_assert(*std::max_element(kCardinality.begin(), kCardinality.end()) <= 65535,
-                  "guide entries are uint16");
+    static_assert(*std::max_element(kCardinality.begin(), kCardinality.end()) <= 65535, "guide entries are uint16");
     cdf.resize(card);
     double sum = 0.0;
     for (uint32_t j = 0; j < card; ++j) {

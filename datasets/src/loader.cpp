@@ -46,8 +46,8 @@ Batch make_batch(const Sample* samples, size_t count, uint64_t first_index) {
   return b;
 }
 
-BatchLoader::BatchLoader(const Dataset& ds, std::vector<uint64_t> order, int64_t batch_size,
-                         torch::Device device, bool drop_last)
+BatchLoader::BatchLoader(const Dataset& ds, std::vector<uint64_t> order, int64_t batch_size, torch::Device device,
+                         bool drop_last)
     : ds_(ds), order_(std::move(order)), batch_size_(batch_size), device_(device), drop_last_(drop_last) {
   if (batch_size_ <= 0) throw DataError(ds.dir(), "batch size must be positive, got " + std::to_string(batch_size));
 }

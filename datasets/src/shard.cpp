@@ -148,7 +148,7 @@ Metadata read_metadata(const std::string& dir) {
   if (m.shard_size == 0) throw DataError(file, "key \"shard_size\" is 0");
   // Shards live next to meta.json: a path would let a data set reach outside its directory.
   const std::pair<const char*, const std::vector<std::string>*> lists[] = {{"train_shards", &m.train_shards},
-                                                                          {"test_shards", &m.test_shards}};
+                                                                           {"test_shards", &m.test_shards}};
   for (const auto& [key, names] : lists) {
     for (const std::string& name : *names) {
       if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
@@ -222,8 +222,7 @@ void ShardWriter::commit() {
   commit_temporary(path_, fd);
 }
 
-void write_shard(const std::string& path, uint64_t seed, uint64_t first_index, const Sample* records,
-                 uint64_t count) {
+void write_shard(const std::string& path, uint64_t seed, uint64_t first_index, const Sample* records, uint64_t count) {
   ShardWriter w(path, seed, first_index);
   w.append(records, count);
   w.commit();
@@ -297,8 +296,11 @@ ShardReader::~ShardReader() {
 }
 
 ShardReader::ShardReader(ShardReader&& o) noexcept
-    : path_(std::move(o.path_)), map_(std::exchange(o.map_, nullptr)), map_size_(std::exchange(o.map_size_, 0)),
-      header_(std::exchange(o.header_, nullptr)), records_(std::exchange(o.records_, nullptr)) {}
+    : path_(std::move(o.path_)),
+      map_(std::exchange(o.map_, nullptr)),
+      map_size_(std::exchange(o.map_size_, 0)),
+      header_(std::exchange(o.header_, nullptr)),
+      records_(std::exchange(o.records_, nullptr)) {}
 
 ShardReader& ShardReader::operator=(ShardReader&& o) noexcept {
   if (this != &o) {
@@ -336,16 +338,15 @@ void ShardReader::verify_records() const {
       const float x = s.dense[j];
       if (!(x >= 0.0f && x <= dense_max)) {  // also catches NaN
         throw DataError(path_, at + offsetof(Sample, dense) + j * sizeof(float),
-                        "record " + std::to_string(i) + ": dense[" + std::to_string(j) + "] = " +
-                            std::to_string(x) + " is outside [0, log1p(1e6)]");
+                        "record " + std::to_string(i) + ": dense[" + std::to_string(j) + "] = " + std::to_string(x) +
+                            " is outside [0, log1p(1e6)]");
       }
     }
     for (int f = 0; f < kNumSparse; ++f) {
       if (s.ids[f] >= kCardinality[f]) {
         throw DataError(path_, at + offsetof(Sample, ids) + f * sizeof(uint32_t),
                         "record " + std::to_string(i) + ": id " + std::to_string(s.ids[f]) + " of field " +
-                            std::to_string(f) + " is not below its cardinality " +
-                            std::to_string(kCardinality[f]));
+                            std::to_string(f) + " is not below its cardinality " + std::to_string(kCardinality[f]));
       }
     }
   }

@@ -102,8 +102,8 @@ TEST(GeneratorTest, MatchesPublishedCheckValuesForSeed1) {
   EXPECT_EQ(g.teacher().bias, -1.5994);
   Sample s;
   g.sample(0, s);
-  const std::vector<uint32_t> want = {0, 0, 60, 2, 0, 3, 665, 66, 0, 55, 3, 13, 0,
-                                      0, 48, 15, 2, 106, 19, 0, 1909, 10, 12, 0, 11, 10};
+  const std::vector<uint32_t> want = {0, 0,  60, 2, 0,   3,  665, 66,   0,  55, 3, 13, 0,
+                                      0, 48, 15, 2, 106, 19, 0,   1909, 10, 12, 0, 11, 10};
   EXPECT_EQ(std::vector<uint32_t>(s.ids, s.ids + kNumSparse), want);
   EXPECT_EQ(s.label, 0u);
   EXPECT_EQ(s.dense[0], static_cast<float>(std::log1p(3.0)));
@@ -314,8 +314,7 @@ TEST(GeneratorTest, ReportsConstructionTimeAndRatePerThread) {
   const auto t1 = Clock::now();
   g.fill(n, n, s.data());
   const double secs = std::chrono::duration<double>(Clock::now() - t1).count();
-  std::printf("[ rate     ] construction %.3f s; %.0f samples/s on one thread (target >= 500000)\n", setup,
-              n / secs);
+  std::printf("[ rate     ] construction %.3f s; %.0f samples/s on one thread (target >= 500000)\n", setup, n / secs);
   EXPECT_GT(n / secs, 0.0);
 }
 

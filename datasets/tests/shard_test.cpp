@@ -30,9 +30,8 @@ class TempDir {
   TempDir() {
     static std::atomic<int> counter{0};
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("ddplab-shard-" + std::string(info ? info->name() : "x") + "-" + std::to_string(::getpid()) + "-" +
-             std::to_string(counter++));
+    path_ = fs::temp_directory_path() / ("ddplab-shard-" + std::string(info ? info->name() : "x") + "-" +
+                                         std::to_string(::getpid()) + "-" + std::to_string(counter++));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -451,7 +450,7 @@ TEST(DatasetTest, GenerateWritesShardsThatReadBackAsTheGeneratorsSamples) {
   EXPECT_DOUBLE_EQ(st.click_rate, train_pos / 2500.0);
   ASSERT_EQ(st.dense_mean.size(), static_cast<size_t>(kNumDense));
   ASSERT_EQ(st.distinct_ids.size(), static_cast<size_t>(kNumSparse));
-  EXPECT_EQ(st.distinct_ids[8], 3u);   // 3 ids, all seen in 2500 samples
+  EXPECT_EQ(st.distinct_ids[8], 3u);  // 3 ids, all seen in 2500 samples
   EXPECT_EQ(st.distinct_ids[19], 4u);
   EXPECT_NEAR(st.top_id_share[8], 0.5653, 0.04);  // Zipf 1.1 over 3 ids
   for (int j = 0; j < kNumDense; ++j) {
@@ -487,8 +486,7 @@ TEST(DatasetTest, InterruptedGenerationLeavesNoMetaJson) {
   };
   EXPECT_THROW(generate(o, failing), std::runtime_error);
   EXPECT_FALSE(fs::exists(dir.file("meta.json")));
-  expect_data_error([&] { Dataset ds(dir.path().string(), Split::kTrain); }, dir.file("meta.json"), -1,
-                    "cannot open");
+  expect_data_error([&] { Dataset ds(dir.path().string(), Split::kTrain); }, dir.file("meta.json"), -1, "cannot open");
 }
 
 TEST(DatasetTest, OpeningNamesAMissingOrForeignShard) {
@@ -500,8 +498,8 @@ TEST(DatasetTest, OpeningNamesAMissingOrForeignShard) {
   // A shard of another data set (seed 5) in place of train-00001.bin.
   const auto recs = make_records(1000);
   write_shard(dir.file("train-00001.bin"), 5, 1000, recs.data(), recs.size());
-  expect_data_error([&] { Dataset ds(d, Split::kTrain); }, dir.file("train-00001.bin"),
-                    offsetof(ShardHeader, seed), "seed 5");
+  expect_data_error([&] { Dataset ds(d, Split::kTrain); }, dir.file("train-00001.bin"), offsetof(ShardHeader, seed),
+                    "seed 5");
   // Right seed, wrong place.
   write_shard(dir.file("train-00001.bin"), 1, 3000, recs.data(), recs.size());
   expect_data_error([&] { Dataset ds(d, Split::kTrain); }, dir.file("train-00001.bin"),

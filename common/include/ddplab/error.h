@@ -50,7 +50,7 @@ int process_rank();
 /// Throws ExcType with the current file and line: DDPLAB_THROW(ConfigError, "bad --batch " + v).
 #define DDPLAB_THROW(ExcType, msg) throw ExcType((msg), __FILE__, __LINE__)
 /// Throws ddplab::Error with file and line unless cond holds.
-#define DDPLAB_CHECK(cond, msg)                                   \
-  do {                                                            \
+#define DDPLAB_CHECK(cond, msg)                                    \
+  do {                                                             \
     if (!(cond)) throw ::ddplab::Error((msg), __FILE__, __LINE__); \
   } while (0)

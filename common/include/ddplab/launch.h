@@ -15,20 +15,20 @@ namespace ddplab {
 
 /// What to start. Rank r of this node is global rank node_rank * nproc + r.
 struct LaunchSpec {
-  int nproc = 1;                          ///< ranks on this node (torchrun's --nproc_per_node)
-  int nnodes = 1;                         ///< nodes in the job; WORLD_SIZE = nproc * nnodes
-  int node_rank = 0;                      ///< this node's index (GROUP_RANK), 0 <= node_rank < nnodes
-  std::string master_addr = "127.0.0.1";  ///< MASTER_ADDR: where rank 0 opens the TCPStore
-  int master_port = 0;                    ///< MASTER_PORT; 0 = a free port on master_addr (nnodes == 1 only)
-  std::vector<std::string> command;       ///< program and arguments; the program is looked up in PATH
+  int nproc = 1;                                 ///< ranks on this node (torchrun's --nproc_per_node)
+  int nnodes = 1;                                ///< nodes in the job; WORLD_SIZE = nproc * nnodes
+  int node_rank = 0;                             ///< this node's index (GROUP_RANK), 0 <= node_rank < nnodes
+  std::string master_addr = "127.0.0.1";         ///< MASTER_ADDR: where rank 0 opens the TCPStore
+  int master_port = 0;                           ///< MASTER_PORT; 0 = a free port on master_addr (nnodes == 1 only)
+  std::vector<std::string> command;              ///< program and arguments; the program is looked up in PATH
   std::map<std::string, std::string> extra_env;  ///< set in every rank after the launcher's variables
-  std::string run_id;                     ///< TORCHELASTIC_RUN_ID; empty = generated
-  std::string log_dir;                    ///< if set, each rank's lines also go to log_dir/rankR.log
-  double timeout_s = 0;                   ///< stop the whole job after this long (0 = no limit); exit 124
-  double grace_s = 5;                     ///< between SIGTERM and SIGKILL when stopping ranks
-  bool prefix_output = true;              ///< "[rank R] " before every line on the terminal
-  bool forward_signals = true;            ///< pass SIGINT/SIGTERM/SIGHUP sent to this process on to the ranks
-  bool verbose = false;                   ///< also report the start and every rank's exit
+  std::string run_id;                            ///< TORCHELASTIC_RUN_ID; empty = generated
+  std::string log_dir;                           ///< if set, each rank's lines also go to log_dir/rankR.log
+  double timeout_s = 0;                          ///< stop the whole job after this long (0 = no limit); exit 124
+  double grace_s = 5;                            ///< between SIGTERM and SIGKILL when stopping ranks
+  bool prefix_output = true;                     ///< "[rank R] " before every line on the terminal
+  bool forward_signals = true;                   ///< pass SIGINT/SIGTERM/SIGHUP sent to this process on to the ranks
+  bool verbose = false;                          ///< also report the start and every rank's exit
   /// Resource limits set in each rank before exec (0 = inherit): address space (RLIMIT_AS, so a
   /// memory blow-up fails in that rank instead of taking the machine down) and file size
   /// (RLIMIT_FSIZE). The grader sets both; core dumps are off whenever either is set.
@@ -61,9 +61,9 @@ struct LaunchResult {
   std::vector<RankResult> ranks;  ///< indexed by local rank
   int first_failed_rank = -1;     ///< global rank of the first rank that failed on its own, -1 if none
   bool timed_out = false;
-  int interrupted_by = 0;         ///< the signal (SIGINT, SIGTERM, SIGHUP) that stopped the job, 0 if none
-  int master_port = 0;            ///< the port the job used (the free one picked for master_port 0)
-  std::string summary;            ///< one line saying how the job ended
+  int interrupted_by = 0;  ///< the signal (SIGINT, SIGTERM, SIGHUP) that stopped the job, 0 if none
+  int master_port = 0;     ///< the port the job used (the free one picked for master_port 0)
+  std::string summary;     ///< one line saying how the job ended
 };
 
 /// Runs the job and returns when every rank has exited. The processes (and what they started in

@@ -22,10 +22,10 @@ void configure_threads(int threads);
 void tune_allocator();
 
 struct BlasInfo {
-  std::string library;   ///< resolved path of the loaded BLAS shared object, "" if none found
-  std::string vendor;    ///< "openblas", "mkl", "blis", "reference", or "unknown"
-  std::string config;    ///< openblas_get_config() where available
-  int threads = 0;       ///< openblas_get_num_threads() where available, else 0
+  std::string library;  ///< resolved path of the loaded BLAS shared object, "" if none found
+  std::string vendor;   ///< "openblas", "mkl", "blis", "reference", or "unknown"
+  std::string config;   ///< openblas_get_config() where available
+  int threads = 0;      ///< openblas_get_num_threads() where available, else 0
   bool optimized = false;
 };
 /// Inspects the shared objects mapped into this process and LibTorch's build configuration.

@@ -56,12 +56,12 @@ void check_consistent(const Environment& e, const std::string& rank_var, const s
                                   value(world_var), world_var));
   }
   if (e.local_rank >= e.local_world_size) {
-    throw ConfigError(fmt::format("{}={} is not below {}={}", local_var, e.local_rank, local_world_var,
-                                  e.local_world_size));
+    throw ConfigError(
+        fmt::format("{}={} is not below {}={}", local_var, e.local_rank, local_world_var, e.local_world_size));
   }
   if (e.local_world_size > e.world_size) {
-    throw ConfigError(fmt::format("{}={} is larger than {}={}", local_world_var, e.local_world_size, world_var,
-                                  e.world_size));
+    throw ConfigError(
+        fmt::format("{}={} is larger than {}={}", local_world_var, e.local_world_size, world_var, e.world_size));
   }
 }
 
@@ -110,12 +110,14 @@ Environment detect_environment(const EnvLookup& env) {
     if (e.world_size > 1) {
       const auto addr = r.get("MASTER_ADDR");
       if (!addr || addr->empty()) {
-        throw ConfigError(fmt::format("WORLD_SIZE={} but MASTER_ADDR is not set: ranks cannot find the rendezvous "
-                                      "(start the job with `ddplab launch`, torchrun, mpirun or srun)",
-                                      e.world_size));
+        throw ConfigError(
+            fmt::format("WORLD_SIZE={} but MASTER_ADDR is not set: ranks cannot find the rendezvous "
+                        "(start the job with `ddplab launch`, torchrun, mpirun or srun)",
+                        e.world_size));
       }
       if (!r.has("MASTER_PORT")) {
-        throw ConfigError(fmt::format("WORLD_SIZE={} and MASTER_ADDR={} but MASTER_PORT is not set", e.world_size, *addr));
+        throw ConfigError(
+            fmt::format("WORLD_SIZE={} and MASTER_ADDR={} but MASTER_PORT is not set", e.world_size, *addr));
       }
       read_rendezvous(r, e, "");
     }
@@ -134,9 +136,10 @@ Environment detect_environment(const EnvLookup& env) {
     e.node_rank = e.rank / e.local_world_size;
     if (e.world_size > 1) {
       if (e.local_world_size < e.world_size && !r.has("MASTER_ADDR")) {
-        throw ConfigError(fmt::format("OMPI_COMM_WORLD_SIZE={} spans several nodes but MASTER_ADDR is not set "
-                                      "(pass it with mpirun -x MASTER_ADDR=<rank 0's host> -x MASTER_PORT)",
-                                      e.world_size));
+        throw ConfigError(
+            fmt::format("OMPI_COMM_WORLD_SIZE={} spans several nodes but MASTER_ADDR is not set "
+                        "(pass it with mpirun -x MASTER_ADDR=<rank 0's host> -x MASTER_PORT)",
+                        e.world_size));
       }
       read_rendezvous(r, e, "127.0.0.1");
     }
@@ -151,7 +154,8 @@ Environment detect_environment(const EnvLookup& env) {
     // always set but compressed ("2(x3),1"): its first count is this layout's tasks on node 0.
     if (r.has("SLURM_NTASKS_PER_NODE")) {
       e.local_world_size = r.integer("SLURM_NTASKS_PER_NODE", 1);
-    } else if (const auto tpn = r.get("SLURM_TASKS_PER_NODE"); tpn && !tpn->empty() && std::isdigit(static_cast<unsigned char>((*tpn)[0]))) {
+    } else if (const auto tpn = r.get("SLURM_TASKS_PER_NODE");
+               tpn && !tpn->empty() && std::isdigit(static_cast<unsigned char>((*tpn)[0]))) {
       e.local_world_size = std::max(1, std::atoi(tpn->c_str()));
     } else {
       e.local_world_size = e.world_size;
@@ -161,8 +165,8 @@ Environment detect_environment(const EnvLookup& env) {
     if (e.world_size > 1) {
       const auto launch = r.get("SLURM_LAUNCH_NODE_IPADDR");
       if (!r.has("MASTER_ADDR") && !launch) {
-        throw ConfigError(fmt::format("SLURM_NTASKS={} but neither MASTER_ADDR nor SLURM_LAUNCH_NODE_IPADDR is set",
-                                      e.world_size));
+        throw ConfigError(
+            fmt::format("SLURM_NTASKS={} but neither MASTER_ADDR nor SLURM_LAUNCH_NODE_IPADDR is set", e.world_size));
       }
       read_rendezvous(r, e, launch.value_or(""));
     }

@@ -177,8 +177,8 @@ class BucketedSync : public GradSync {
         offset_(params_.size()) {
     for (size_t b = 0; b < buckets_.size(); ++b) {
       const torch::Tensor& first = params_[buckets_[b].params.front()];
-      buffers_.push_back(torch::zeros({buckets_[b].numel},
-                                      torch::TensorOptions().dtype(first.scalar_type()).device(first.device())));
+      buffers_.push_back(
+          torch::zeros({buckets_[b].numel}, torch::TensorOptions().dtype(first.scalar_type()).device(first.device())));
       int64_t offset = 0;
       for (size_t i : buckets_[b].params) {
         bucket_of_[i] = b;
@@ -341,10 +341,10 @@ class OverlapSync final : public BucketedSync {
   std::vector<std::uintptr_t> hook_keys_;
   std::mutex mu_;  // hooks may run on an autograd device thread
   bool armed_ = false;
-  std::vector<bool> ready_;          // parameter -> gradient packed this step
-  std::vector<size_t> remaining_;    // bucket -> parameters not yet packed
+  std::vector<bool> ready_;        // parameter -> gradient packed this step
+  std::vector<size_t> remaining_;  // bucket -> parameters not yet packed
   std::vector<std::shared_ptr<Pending>> pending_;
-  size_t next_ = 0;                  // first bucket not yet launched
+  size_t next_ = 0;  // first bucket not yet launched
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -374,7 +374,9 @@ class SparseSync final : public GradSync {
   }
 
  private:
-  static bool is_table(const torch::Tensor& p, const BucketOptions& o) { return p.dim() == 2 && p.size(0) >= o.sparse_min_rows; }
+  static bool is_table(const torch::Tensor& p, const BucketOptions& o) {
+    return p.dim() == 2 && p.size(0) >= o.sparse_min_rows;
+  }
 
   /// The collectives of a step: the dense buckets, then one entry per table.
   static std::vector<Bucket> layout(const std::vector<torch::Tensor>& params, const BucketOptions& opts) {
@@ -448,7 +450,8 @@ class SparseSync final : public GradSync {
       for (int r = 0; r < world; ++r) {
         const int64_t kr = k_of[static_cast<size_t>(r)];
         if (kr == 0) continue;
-        g.index_add_(0, all_ids[static_cast<size_t>(r)].narrow(0, 0, kr), all_vals[static_cast<size_t>(r)].narrow(0, 0, kr));
+        g.index_add_(0, all_ids[static_cast<size_t>(r)].narrow(0, 0, kr),
+                     all_vals[static_cast<size_t>(r)].narrow(0, 0, kr));
       }
       average_(g, world);
     }

@@ -58,7 +58,8 @@ TEST_P(Collectives, BroadcastAllgatherAllToAll) {
     auto a2a = torch::empty_like(in);
     pg.all_to_all(a2a, in);
     for (int r = 0; r < world; ++r) {
-      EXPECT_TRUE(torch::equal(a2a.slice(0, 2 * r, 2 * r + 2), values(r, 2 * world).slice(0, 2 * pg.rank(), 2 * pg.rank() + 2)));
+      EXPECT_TRUE(torch::equal(a2a.slice(0, 2 * r, 2 * r + 2),
+                               values(r, 2 * world).slice(0, 2 * pg.rank(), 2 * pg.rank() + 2)));
     }
     pg.barrier();
   });

@@ -39,9 +39,13 @@ TEST(Environment, NoLauncherIsASingleProcess) {
 }
 
 TEST(Environment, Torchrun) {
-  const auto e = detect_environment(lookup({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"},
-                                            {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "1"},
-                                            {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29501"}}));
+  const auto e = detect_environment(lookup({{"RANK", "3"},
+                                            {"WORLD_SIZE", "4"},
+                                            {"LOCAL_RANK", "1"},
+                                            {"LOCAL_WORLD_SIZE", "2"},
+                                            {"GROUP_RANK", "1"},
+                                            {"MASTER_ADDR", "10.0.0.1"},
+                                            {"MASTER_PORT", "29501"}}));
   EXPECT_EQ(e.source, "torchrun");
   EXPECT_EQ(e.rank, 3);
   EXPECT_EQ(e.world_size, 4);
@@ -54,15 +58,20 @@ TEST(Environment, Torchrun) {
 }
 
 TEST(Environment, TorchrunWinsOverOuterLaunchers) {
-  const auto e = detect_environment(lookup({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"OMPI_COMM_WORLD_RANK", "5"},
-                                            {"OMPI_COMM_WORLD_SIZE", "8"}, {"SLURM_PROCID", "2"}}));
+  const auto e = detect_environment(lookup({{"RANK", "0"},
+                                            {"WORLD_SIZE", "1"},
+                                            {"OMPI_COMM_WORLD_RANK", "5"},
+                                            {"OMPI_COMM_WORLD_SIZE", "8"},
+                                            {"SLURM_PROCID", "2"}}));
   EXPECT_EQ(e.source, "torchrun");
   EXPECT_EQ(e.rank, 0);
 }
 
 TEST(Environment, OpenMpiSingleNodeDefaultsToLoopback) {
-  const auto e = detect_environment(lookup({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                                            {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
+  const auto e = detect_environment(lookup({{"OMPI_COMM_WORLD_RANK", "1"},
+                                            {"OMPI_COMM_WORLD_SIZE", "2"},
+                                            {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                            {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
   EXPECT_EQ(e.source, "openmpi");
   EXPECT_EQ(e.rank, 1);
   EXPECT_EQ(e.node_rank, 0);
@@ -71,20 +80,28 @@ TEST(Environment, OpenMpiSingleNodeDefaultsToLoopback) {
 }
 
 TEST(Environment, OpenMpiTakesForwardedMasterAddr) {
-  const auto e = detect_environment(lookup({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                                            {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
-                                            {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "1234"}}));
+  const auto e = detect_environment(lookup({{"OMPI_COMM_WORLD_RANK", "0"},
+                                            {"OMPI_COMM_WORLD_SIZE", "4"},
+                                            {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                            {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                                            {"MASTER_ADDR", "node0"},
+                                            {"MASTER_PORT", "1234"}}));
   EXPECT_EQ(e.master_addr, "node0");
   EXPECT_EQ(e.master_port, 1234);
   EXPECT_EQ(e.node_rank, 0);
-  expect_config_error({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+  expect_config_error({{"OMPI_COMM_WORLD_RANK", "0"},
+                       {"OMPI_COMM_WORLD_SIZE", "4"},
+                       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                        {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}},
                       "spans several nodes but MASTER_ADDR is not set");
 }
 
 TEST(Environment, Slurm) {
-  const auto e = detect_environment(lookup({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
-                                            {"SLURM_NODEID", "2"}, {"SLURM_TASKS_PER_NODE", "2(x4)"},
+  const auto e = detect_environment(lookup({{"SLURM_PROCID", "5"},
+                                            {"SLURM_NTASKS", "8"},
+                                            {"SLURM_LOCALID", "1"},
+                                            {"SLURM_NODEID", "2"},
+                                            {"SLURM_TASKS_PER_NODE", "2(x4)"},
                                             {"SLURM_LAUNCH_NODE_IPADDR", "192.0.2.7"}}));
   EXPECT_EQ(e.source, "slurm");
   EXPECT_EQ(e.rank, 5);
@@ -93,7 +110,8 @@ TEST(Environment, Slurm) {
   EXPECT_EQ(e.local_world_size, 2);
   EXPECT_EQ(e.node_rank, 2);
   EXPECT_EQ(e.master_addr, "192.0.2.7");
-  expect_config_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}, "neither MASTER_ADDR nor SLURM_LAUNCH_NODE_IPADDR");
+  expect_config_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}},
+                      "neither MASTER_ADDR nor SLURM_LAUNCH_NODE_IPADDR");
 }
 
 TEST(Environment, MalformedValuesNameTheVariableAndValue) {
@@ -111,10 +129,15 @@ TEST(Environment, InconsistentValuesAreErrors) {
                       "RANK=4 is not below WORLD_SIZE=4");
   expect_config_error({{"RANK", "1"}, {"WORLD_SIZE", "2"}}, "WORLD_SIZE=2 but MASTER_ADDR is not set");
   expect_config_error({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}}, "MASTER_PORT is not set");
-  expect_config_error({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"},
-                       {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}},
+  expect_config_error({{"RANK", "1"},
+                       {"WORLD_SIZE", "2"},
+                       {"LOCAL_RANK", "2"},
+                       {"LOCAL_WORLD_SIZE", "2"},
+                       {"MASTER_ADDR", "h"},
+                       {"MASTER_PORT", "1"}},
                       "LOCAL_RANK=2 is not below LOCAL_WORLD_SIZE=2");
-  expect_config_error({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "2"}}, "OMPI_COMM_WORLD_RANK=2 is not below");
+  expect_config_error({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "2"}},
+                      "OMPI_COMM_WORLD_RANK=2 is not below");
 }
 
 }  // namespace

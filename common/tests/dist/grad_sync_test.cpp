@@ -122,7 +122,8 @@ std::vector<torch::Tensor> values(torch::nn::Module& m) {
 /// otherwise the worst element of the first offending tensor: both values and the max difference.
 std::string compare(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want, double atol,
                     double rtol = 0.0) {
-  if (got.size() != want.size()) return "got " + std::to_string(got.size()) + " tensors, want " + std::to_string(want.size());
+  if (got.size() != want.size())
+    return "got " + std::to_string(got.size()) + " tensors, want " + std::to_string(want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     std::ostringstream msg;
     msg << "tensor " << i << ": ";
@@ -380,9 +381,11 @@ TEST_P(GradSyncOracle, EveryStrategyGivesExactlyTheMeanOfTheLocalGradients) {
     }
     for (auto& w : want) w.div_(world);
 
-    const std::pair<SyncStrategy, BucketOptions> cases[] = {
-        {SyncStrategy::kPerParam, {}},        {SyncStrategy::kBucketed, kSmallCaps}, {SyncStrategy::kBucketed, {}},
-        {SyncStrategy::kOverlap, kSmallCaps}, {SyncStrategy::kOverlap, {}}};
+    const std::pair<SyncStrategy, BucketOptions> cases[] = {{SyncStrategy::kPerParam, {}},
+                                                            {SyncStrategy::kBucketed, kSmallCaps},
+                                                            {SyncStrategy::kBucketed, {}},
+                                                            {SyncStrategy::kOverlap, kSmallCaps},
+                                                            {SyncStrategy::kOverlap, {}}};
     for (const auto& [strategy, caps] : cases) {
       SCOPED_TRACE(testing::Message() << ddplab::dist::sync_strategy_name(strategy) << ", first bucket "
                                       << caps.first_bucket_bytes << " B, rank " << pg.rank());
@@ -472,8 +475,9 @@ TEST(GradSyncCounts, OneCollectivePerBucketPerStep) {
     TinyNet m;
     init_params(*m, false);
     const int64_t model_bytes = 4 * ddplab::count_parameters(*m);
-    const std::pair<SyncStrategy, int64_t> cases[] = {
-        {SyncStrategy::kPerParam, 7}, {SyncStrategy::kBucketed, 6}, {SyncStrategy::kOverlap, 6}};
+    const std::pair<SyncStrategy, int64_t> cases[] = {{SyncStrategy::kPerParam, 7},
+                                                      {SyncStrategy::kBucketed, 6},
+                                                      {SyncStrategy::kOverlap, 6}};
     for (const auto& [strategy, collectives] : cases) {
       SCOPED_TRACE(ddplab::dist::sync_strategy_name(strategy));
       auto sync = make_grad_sync(strategy, pg, m->parameters(), kSmallCaps);
@@ -588,8 +592,9 @@ TEST(GradSyncDeepFM, OverlapAndBucketedMatchPerParamOnOneStep) {
     const torch::Tensor labels = torch::tensor({1.0f, 0.0f, 0.0f, 1.0f});
 
     std::vector<torch::Tensor> want;
-    const std::pair<SyncStrategy, int64_t> cases[] = {
-        {SyncStrategy::kPerParam, 12}, {SyncStrategy::kBucketed, 2}, {SyncStrategy::kOverlap, 2}};
+    const std::pair<SyncStrategy, int64_t> cases[] = {{SyncStrategy::kPerParam, 12},
+                                                      {SyncStrategy::kBucketed, 2},
+                                                      {SyncStrategy::kOverlap, 2}};
     for (const auto& [strategy, collectives] : cases) {
       SCOPED_TRACE(testing::Message() << ddplab::dist::sync_strategy_name(strategy) << ", rank " << pg.rank());
       auto sync = make_grad_sync(strategy, pg, model->parameters());
@@ -709,8 +714,9 @@ TEST(GradSyncSparseTables, DeepFMMovesAFractionOfTheDenseBytes) {
     const int64_t rows = ddplab::data::kTotalRows;
     const auto i = torch::arange(n * ddplab::data::kNumSparse, torch::kInt64);
     const torch::Tensor ids = torch::remainder(i * 7919 + pg.rank() * 104729, rows).view({n, ddplab::data::kNumSparse});
-    const torch::Tensor dense = torch::sin(torch::arange(n * ddplab::data::kNumDense, torch::kFloat32) + 3.0f * static_cast<float>(pg.rank()))
-                                    .view({n, ddplab::data::kNumDense});
+    const torch::Tensor dense =
+        torch::sin(torch::arange(n * ddplab::data::kNumDense, torch::kFloat32) + 3.0f * static_cast<float>(pg.rank()))
+            .view({n, ddplab::data::kNumDense});
     const torch::Tensor labels = torch::remainder(torch::arange(n, torch::kFloat32), 2.0f);
     std::vector<torch::Tensor> want;
     for (SyncStrategy s : {SyncStrategy::kPerParam, SyncStrategy::kSparse}) {

@@ -151,10 +151,12 @@ TEST_F(Lab01, TrainedModelBeatsChanceAndStaysBelowTheTeacher) {
   auto m = model(7);
   torch::optim::Adam opt(m->parameters(), torch::optim::AdamOptions(1e-3));
   ddplab::StepTimer timer;
-  for (uint64_t first = 0; first + 256 <= train_->size(); first += 256) lab01::train_step(m, opt, batch(first, 256), timer);
+  for (uint64_t first = 0; first + 256 <= train_->size(); first += 256)
+    lab01::train_step(m, opt, batch(first, 256), timer);
   const auto r = lab01::evaluate(m, *test_, test_->size(), 512, torch::kCPU);
   EXPECT_GT(r.auc, 0.55) << "one pass over 4096 samples should beat chance";
-  EXPECT_LT(r.auc, test_->metadata().teacher_test_auc + 0.02) << "no model should beat the teacher that made the labels";
+  EXPECT_LT(r.auc, test_->metadata().teacher_test_auc + 0.02)
+      << "no model should beat the teacher that made the labels";
 }
 
 }  // namespace

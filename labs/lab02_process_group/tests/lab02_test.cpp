@@ -74,8 +74,12 @@ TEST_F(Lab02Env, NoLauncherVariablesMeanOneProcess) {
 }
 
 TEST_F(Lab02Env, ReadsEveryTorchrunVariable) {
-  set({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-       {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29517"}});
+  set({{"RANK", "5"},
+       {"WORLD_SIZE", "8"},
+       {"LOCAL_RANK", "1"},
+       {"LOCAL_WORLD_SIZE", "4"},
+       {"MASTER_ADDR", "10.1.2.3"},
+       {"MASTER_PORT", "29517"}});
   const auto e = lab02::environment_from_launcher();
   EXPECT_EQ(e.rank, 5);
   EXPECT_EQ(e.world_size, 8);
@@ -85,8 +89,12 @@ TEST_F(Lab02Env, ReadsEveryTorchrunVariable) {
   EXPECT_EQ(e.master_port, 29517);
   EXPECT_EQ(e.source, "torchrun");
   // Different values, so nothing can be hard-coded.
-  set({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "2"},
-       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1234"}});
+  set({{"RANK", "0"},
+       {"WORLD_SIZE", "2"},
+       {"LOCAL_RANK", "0"},
+       {"LOCAL_WORLD_SIZE", "2"},
+       {"MASTER_ADDR", "127.0.0.1"},
+       {"MASTER_PORT", "1234"}});
   const auto f = lab02::environment_from_launcher();
   EXPECT_EQ(f.rank, 0);
   EXPECT_EQ(f.world_size, 2);
@@ -112,8 +120,11 @@ TEST_F(Lab02Env, AWorldOfOneNeedsNoRendezvous) {
 }
 
 TEST_F(Lab02Env, MalformedNumbersNameTheVariableAndValue) {
-  const std::map<std::string, std::string> good = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"},
-                                                   {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+  const std::map<std::string, std::string> good = {{"RANK", "1"},
+                                                   {"WORLD_SIZE", "2"},
+                                                   {"LOCAL_RANK", "1"},
+                                                   {"LOCAL_WORLD_SIZE", "2"},
+                                                   {"MASTER_ADDR", "127.0.0.1"},
                                                    {"MASTER_PORT", "29500"}};
   for (const char* var : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"}) {
     for (const char* bad : {"two", "-1", "3x"}) {
@@ -126,15 +137,20 @@ TEST_F(Lab02Env, MalformedNumbersNameTheVariableAndValue) {
 }
 
 TEST_F(Lab02Env, InconsistentValuesAreErrors) {
-  expect_error_naming({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}}, "RANK", "2");
+  expect_error_naming({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}}, "RANK",
+                      "2");
   expect_error_naming({{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "WORLD_SIZE", "0");
-  expect_error_naming({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"},
-                       {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}},
+  expect_error_naming({{"RANK", "0"},
+                       {"WORLD_SIZE", "2"},
+                       {"LOCAL_RANK", "2"},
+                       {"LOCAL_WORLD_SIZE", "2"},
+                       {"MASTER_ADDR", "h"},
+                       {"MASTER_PORT", "29500"}},
                       "LOCAL_RANK", "2");
   expect_error_naming({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}},
                       "MASTER_PORT", "70000");
-  expect_error_naming({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "0"}},
-                      "MASTER_PORT", "0");
+  expect_error_naming({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "0"}}, "MASTER_PORT",
+                      "0");
 }
 
 TEST_F(Lab02Env, MissingVariablesAreNamed) {
@@ -192,8 +208,8 @@ TEST(Lab02Comm, BroadcastGivesEveryRankRankZerosParametersAndBuffers) {
       }
       const auto gb = m->named_buffers();
       for (const auto& item : expected->named_buffers()) {
-        EXPECT_TRUE(torch::equal(gb[item.key()], item.value())) << "rank " << pg.rank() << " buffer " << item.key()
-                                                                << " (buffers are model state too)";
+        EXPECT_TRUE(torch::equal(gb[item.key()], item.value()))
+            << "rank " << pg.rank() << " buffer " << item.key() << " (buffers are model state too)";
       }
       EXPECT_EQ(m->a.data_ptr(), storage) << "overwrite the parameters in place: an optimizer holds these tensors";
       EXPECT_TRUE(m->a.requires_grad());
@@ -267,6 +283,5 @@ TEST(Lab02Comm, AveragingKeepsIdenticalModelsIdentical) {
     for (int r = 1; r < world; ++r) EXPECT_EQ(digests[static_cast<size_t>(r)], digests[0]) << "rank " << r;
   });
 }
-
 
 }  // namespace

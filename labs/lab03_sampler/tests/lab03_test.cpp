@@ -42,8 +42,8 @@ TEST(Lab03Shard, SharesAreDisjointCoveringAndEqual) {
           EXPECT_EQ(s.size(), per_rank) << "rank " << r << " of " << world;
           all.insert(all.end(), s.begin(), s.end());
         }
-        EXPECT_EQ(sorted(all), sorted(order)) << "world " << world << ", " << lab03::shard_mode_name(mode)
-                                              << ": every sample on exactly one rank";
+        EXPECT_EQ(sorted(all), sorted(order))
+            << "world " << world << ", " << lab03::shard_mode_name(mode) << ": every sample on exactly one rank";
       }
     }
   }

@@ -16,9 +16,9 @@ struct Environment {
   int local_rank = 0;
   int local_world_size = 1;
   int node_rank = 0;
-  std::string master_addr;   ///< rendezvous host (rank 0 hosts the TCPStore); "" for a single process
+  std::string master_addr;  ///< rendezvous host (rank 0 hosts the TCPStore); "" for a single process
   int master_port = 0;
-  std::string source;        ///< "torchrun", "openmpi", "slurm" or "single"
+  std::string source;  ///< "torchrun", "openmpi", "slurm" or "single"
 
   bool distributed() const noexcept { return world_size > 1; }
   /// Whether `other` places this process in the same job: same rank and world size and, in a

@@ -63,9 +63,9 @@ std::vector<Bucket> one_bucket_per_param(const std::vector<torch::Tensor>& param
 /// Communication of the last synced step (from before_backward() to the end of finish()), read
 /// from the communicator's counters. Zero after an accumulation step inside no_sync().
 struct SyncStepStats {
-  int64_t collectives = 0;     ///< collectives issued (== buckets().size() for every strategy)
-  int64_t bytes = 0;           ///< their payload bytes on this rank
-  double wait_seconds = 0.0;   ///< time spent waiting inside the collectives
+  int64_t collectives = 0;    ///< collectives issued (== buckets().size() for every strategy)
+  int64_t bytes = 0;          ///< their payload bytes on this rank
+  double wait_seconds = 0.0;  ///< time spent waiting inside the collectives
 };
 
 /// Synchronises gradients across ranks. Per training step:
@@ -118,8 +118,7 @@ class GradSync {
   const SyncStepStats& last_step() const noexcept { return last_; }
 
  protected:
-  GradSync(SyncStrategy strategy, Communicator& comm, std::vector<torch::Tensor> params,
-           std::vector<Bucket> buckets);
+  GradSync(SyncStrategy strategy, Communicator& comm, std::vector<torch::Tensor> params, std::vector<Bucket> buckets);
   /// Called by before_backward() on a synced step.
   virtual void arm() {}
   /// Reduces and averages every gradient; called by finish() on a synced step.
@@ -131,7 +130,7 @@ class GradSync {
 
  private:
   SyncStrategy strategy_;
-  bool enabled_ = true;    // false inside no_sync()
+  bool enabled_ = true;     // false inside no_sync()
   bool step_open_ = false;  // before_backward() ran on a synced step and finish() has not yet
   CommStats start_;
   SyncStepStats last_;
@@ -145,7 +144,6 @@ std::unique_ptr<GradSync> make_function_sync(Communicator& comm, const std::vect
 
 /// Creates the strategy over `params` (e.g. module.parameters(); each must require grad).
 std::unique_ptr<GradSync> make_grad_sync(SyncStrategy strategy, Communicator& comm,
-                                         const std::vector<torch::Tensor>& params,
-                                         const BucketOptions& opts = {});
+                                         const std::vector<torch::Tensor>& params, const BucketOptions& opts = {});
 
 }  // namespace ddplab::dist

@@ -24,10 +24,10 @@ double normal(uint64_t key, uint64_t counter);
 /// The teacher model that labels the data: first-order weights, 8-dim FM factors and dense
 /// weights drawn from the TEACHER stream, plus the calibrated bias b (click rate 0.25).
 struct Teacher {
-  std::vector<double> w1;   ///< [kTotalRows]
-  std::vector<double> v;    ///< [kTotalRows * 8], row-major
+  std::vector<double> w1;  ///< [kTotalRows]
+  std::vector<double> v;   ///< [kTotalRows * 8], row-major
   double wd[kNumDense];
-  double bias = 0.0;        ///< rounded to 4 decimal places, as the recipe says
+  double bias = 0.0;  ///< rounded to 4 decimal places, as the recipe says
   /// teacher_logit + bias for one sample.
   double logit(const Sample& s) const;
   /// teacher_logit (without the bias). The recipe uses log1p(x_j) in double; the sample stores it

@@ -41,8 +41,8 @@ class Loader {
 /// drop_last is set. Assembles each batch when it is asked for (no prefetching).
 class BatchLoader final : public Loader {
  public:
-  BatchLoader(const Dataset& ds, std::vector<uint64_t> order, int64_t batch_size,
-              torch::Device device = torch::kCPU, bool drop_last = false);
+  BatchLoader(const Dataset& ds, std::vector<uint64_t> order, int64_t batch_size, torch::Device device = torch::kCPU,
+              bool drop_last = false);
   /// Fills `out` with the next batch (moved to the device); false at the end of the order.
   bool next(Batch& out) override;
   /// Number of batches in one pass.

@@ -11,9 +11,10 @@ inline constexpr int kNumDense = 13;
 inline constexpr int kNumSparse = 26;
 
 /// Cardinality of each categorical field, in field order.
-inline constexpr std::array<uint32_t, kNumSparse> kCardinality = {
-    1000, 500, 20000, 10000, 200, 20, 10000, 500, 3, 10000, 5000, 20000, 3000,
-    27, 10000, 20000, 10, 5000, 2000, 4, 20000, 15, 15, 20000, 100, 10000};
+inline constexpr std::array<uint32_t, kNumSparse> kCardinality = {1000,  500,   20000, 10000, 200,   20,   10000,
+                                                                  500,   3,     10000, 5000,  20000, 3000, 27,
+                                                                  10000, 20000, 10,    5000,  2000,  4,    20000,
+                                                                  15,    15,    20000, 100,   10000};
 
 /// Row of field f's id 0 in one concatenated embedding table: the sum of the cardinalities before f.
 inline constexpr std::array<uint32_t, kNumSparse> kOffset = [] {
@@ -38,9 +39,9 @@ inline constexpr uint64_t kBiasSamples = 200000;
 
 /// One sample as stored in a shard record and handed to the loader (160 bytes, no padding).
 struct Sample {
-  uint32_t label;                       ///< 0 or 1
-  float dense[kNumDense];               ///< log1p(x_j) as float32: the model's dense input
-  uint32_t ids[kNumSparse];             ///< per-field categorical id in [0, kCardinality[f])
+  uint32_t label;            ///< 0 or 1
+  float dense[kNumDense];    ///< log1p(x_j) as float32: the model's dense input
+  uint32_t ids[kNumSparse];  ///< per-field categorical id in [0, kCardinality[f])
 };
 static_assert(sizeof(Sample) == 160, "the shard record layout is 160 bytes");
 

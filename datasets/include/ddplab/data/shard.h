@@ -14,16 +14,16 @@ namespace ddplab::data {
 
 /// Shard file header (64 bytes, little-endian), followed by `count` Sample records.
 struct ShardHeader {
-  char magic[8];            ///< "DDPLSHRD"
-  uint32_t version;         ///< kShardVersion
-  uint32_t record_size;     ///< sizeof(Sample) = 160
-  uint32_t num_dense;       ///< 13
-  uint32_t num_sparse;      ///< 26
-  uint64_t first_index;     ///< generator index of record 0
-  uint64_t count;           ///< number of records
-  uint64_t seed;            ///< data seed
-  uint64_t checksum;        ///< FNV-1a 64 over the record bytes
-  uint64_t reserved;        ///< 0
+  char magic[8];         ///< "DDPLSHRD"
+  uint32_t version;      ///< kShardVersion
+  uint32_t record_size;  ///< sizeof(Sample) = 160
+  uint32_t num_dense;    ///< 13
+  uint32_t num_sparse;   ///< 26
+  uint64_t first_index;  ///< generator index of record 0
+  uint64_t count;        ///< number of records
+  uint64_t seed;         ///< data seed
+  uint64_t checksum;     ///< FNV-1a 64 over the record bytes
+  uint64_t reserved;     ///< 0
 };
 static_assert(sizeof(ShardHeader) == 64, "shard header is 64 bytes");
 inline constexpr uint32_t kShardVersion = 1;
@@ -38,13 +38,13 @@ struct Metadata {
   uint64_t seed = 1;
   uint64_t train_count = 0;
   uint64_t test_count = 0;
-  uint64_t shard_size = 0;           ///< records per shard (the last may hold fewer)
+  uint64_t shard_size = 0;  ///< records per shard (the last may hold fewer)
   double teacher_bias = 0.0;
-  double teacher_test_auc = 0.0;     ///< the teacher's exact AUC on the test split
-  double teacher_test_logloss = 0.0; ///< the teacher's log-loss on the test split
+  double teacher_test_auc = 0.0;      ///< the teacher's exact AUC on the test split
+  double teacher_test_logloss = 0.0;  ///< the teacher's log-loss on the test split
   double train_click_rate = 0.0;
   double test_click_rate = 0.0;
-  std::vector<std::string> train_shards;   ///< file names relative to the directory
+  std::vector<std::string> train_shards;  ///< file names relative to the directory
   std::vector<std::string> test_shards;
 };
 
@@ -55,8 +55,7 @@ void write_metadata(const std::string& dir, const Metadata& meta);
 
 /// Writes records to `path` atomically: to path + ".tmp", fsync, then rename; a shard either
 /// exists complete or not at all.
-void write_shard(const std::string& path, uint64_t seed, uint64_t first_index, const Sample* records,
-                 uint64_t count);
+void write_shard(const std::string& path, uint64_t seed, uint64_t first_index, const Sample* records, uint64_t count);
 
 /// Streams one shard to `path` + ".tmp" with the same atomicity as write_shard (which uses it):
 /// append() records in order, hashing as they go, so a shard never has to fit in memory; commit()
@@ -150,31 +149,31 @@ struct GenerateOptions {
 /// Result of generation, for the caller to report.
 struct GenerateResult {
   Metadata meta;
-  double seconds = 0.0;          ///< wall time of sample generation and writing
-  double samples_per_s_per_thread = 0.0;  ///< (train + test) / (seconds * threads)
-  int threads = 1;               ///< generator threads: opts.threads, at most one per shard
+  double seconds = 0.0;                        ///< wall time of sample generation and writing
+  double samples_per_s_per_thread = 0.0;       ///< (train + test) / (seconds * threads)
+  int threads = 1;                             ///< generator threads: opts.threads, at most one per shard
   double fill_samples_per_s_per_thread = 0.0;  ///< the generator alone: samples / CPU seconds in fill
-  double write_seconds = 0.0;    ///< summed wall time of hashing, writing and committing shards
-  double setup_seconds = 0.0;    ///< building the generator (teacher, bias calibration), not timed above
-  double metrics_seconds = 0.0;  ///< reading the test split back for the teacher metrics
+  double write_seconds = 0.0;                  ///< summed wall time of hashing, writing and committing shards
+  double setup_seconds = 0.0;                  ///< building the generator (teacher, bias calibration), not timed above
+  double metrics_seconds = 0.0;                ///< reading the test split back for the teacher metrics
 };
 
 /// Generates both splits into opts.out_dir. Each shard is written atomically; meta.json is written
 /// last, so a directory without it is an interrupted generation. `teacher_metrics` computes
 /// (auc, logloss) from teacher probabilities and labels (common/'s exact metrics, passed in because
 /// datasets/ does not depend on common/).
-using TeacherMetricsFn = std::function<std::pair<double, double>(const std::vector<float>& probs,
-                                                                 const std::vector<float>& labels)>;
+using TeacherMetricsFn =
+    std::function<std::pair<double, double>(const std::vector<float>& probs, const std::vector<float>& labels)>;
 GenerateResult generate(const GenerateOptions& opts, const TeacherMetricsFn& teacher_metrics);
 
 /// Per-split statistics for `ddplab data stats`.
 struct SplitStats {
   uint64_t count = 0;
   double click_rate = 0.0;
-  std::vector<double> dense_mean;         ///< [13]
-  std::vector<double> dense_std;          ///< [13]
-  std::vector<uint64_t> distinct_ids;     ///< [26]
-  std::vector<double> top_id_share;       ///< [26] share of the most frequent id (id 0 under Zipf)
+  std::vector<double> dense_mean;      ///< [13]
+  std::vector<double> dense_std;       ///< [13]
+  std::vector<uint64_t> distinct_ids;  ///< [26]
+  std::vector<double> top_id_share;    ///< [26] share of the most frequent id (id 0 under Zipf)
 };
 SplitStats compute_stats(const Dataset& ds);
 
