@@ -230,6 +230,10 @@ void LabRun::evaluate_on_rank0(DeepFM& model, dist::Communicator& comm) {
   comm.barrier();  // no rank finishes (and tears the group down) while rank 0 still evaluates
 }
 
+void LabRun::finish_together() {
+  if (env_.distributed()) dist::ProcessGroup::join(env_, device_, group_options())->barrier();
+}
+
 int LabRun::finish() {
   // Order matters: the report is complete (parameters, phases, samples, memory, communication)
   // before it is written, and it is written before the model is saved, so a failed save still

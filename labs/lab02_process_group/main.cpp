@@ -137,12 +137,7 @@ int main(int argc, char** argv) {
     const EvalResult own = evaluate_model(model, run.test(), run.eval_size(), run.batch(), run.device());
     log::info("test AUC of rank {}'s own model: {:.4f} (log-loss {:.4f})", run.rank(), own.auc, own.logloss);
     if (run.rank() == 0) run.set_eval(own);
-    if (world > 1) {
-      // Finish together through the launcher's rendezvous, used for nothing else: `ddplab launch`
-      // stops every rank as soon as one exits with a non-zero status (3: not attempted), and a
-      // rank still evaluating would lose its report.
-      dist::ProcessGroup::join(run.environment(), run.device(), run.group_options())->barrier();
-    }
+    run.finish_together();
   };
   return run_lab(program, argc, argv);
 }

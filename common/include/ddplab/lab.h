@@ -156,6 +156,11 @@ class LabRun {
   void set_eval(const EvalResult& r);
   /// Every rank holds the same model: rank 0 evaluates it for the job, the others wait for it.
   void evaluate_on_rank0(DeepFM& model, dist::Communicator& comm);
+  /// Waits for every rank of the launched job, through the launcher's rendezvous and nothing else:
+  /// for ranks that never joined one group (independent trainers). `ddplab launch` stops every
+  /// rank as soon as one exits with a non-zero status (3: not attempted), so a rank still working
+  /// would lose its report. Nothing to do for a single process.
+  void finish_together();
   /// Writes the report, the timeline (--trace) and the summary; saves the model if asked.
   /// Returns the exit status.
   int finish();
