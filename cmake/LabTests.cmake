@@ -6,14 +6,14 @@
 
 # ddplab_lab_run(<name> ARGS <args...> [RANKS n] [LAUNCHER <cmd...>] [RC n] [EXPECT <regex...>]
 #                [REJECT <regex...>] [REPORT rank] [EQ <path=value...>] [GT <path=value...>]
-#                [REQUIRES <fixtures...>] [LABELS <labels...>] [TIMEOUT s])
+#                [REQUIRES <fixtures...>] [LABELS <labels...>] [TIMEOUT s] [NO_REPORT])
 # Test ${LAB_TARGET}.<name>: runs the lab with --data (the tiny set) and --report filled in, on
 # RANKS ranks through `ddplab launch` (or the given LAUNCHER command, which must start 2 or more
 # ranks itself), and checks the exit status (RC, default 0), the output (EXPECT/REJECT) and fields
-# of rank REPORT's report (default: the last rank). It sets up the fixture ${LAB_TARGET}_<name>
+# of rank REPORT's report (default: the last rank; NO_REPORT: a run that must write none). It sets up the fixture ${LAB_TARGET}_<name>
 # for tests that read its reports (ddplab_lab_parity).
 function(ddplab_lab_run name)
-  cmake_parse_arguments(R "" "RANKS;RC;REPORT;TIMEOUT" "ARGS;LAUNCHER;EXPECT;REJECT;EQ;GT;REQUIRES;LABELS" ${ARGN})
+  cmake_parse_arguments(R "NO_REPORT" "RANKS;RC;REPORT;TIMEOUT" "ARGS;LAUNCHER;EXPECT;REJECT;EQ;GT;REQUIRES;LABELS" ${ARGN})
   if(NOT R_RANKS)
     set(R_RANKS 1)
   endif()
@@ -35,9 +35,13 @@ function(ddplab_lab_run name)
   endif()
   list(REMOVE_DUPLICATES labels)
   set(test ${LAB_TARGET}.${name})
+  set(json -DJSON=${dir}/rank${R_REPORT}.json)
+  if(R_NO_REPORT)
+    set(json)  # a run that stops before it starts (a bad flag) writes no report
+  endif()
   add_test(NAME ${test}
            COMMAND ${CMAKE_COMMAND} -DCLEAN=${dir} "-DCMD=${cmd}" -DEXPECT_RC=${R_RC}
-                   "-DEXPECT_REGEX=${R_EXPECT}" "-DREJECT_REGEX=${R_REJECT}" -DJSON=${dir}/rank${R_REPORT}.json
+                   "-DEXPECT_REGEX=${R_EXPECT}" "-DREJECT_REGEX=${R_REJECT}" ${json}
                    "-DJSON_EQ=${R_EQ}" "-DJSON_GT=${R_GT}" -P ${PROJECT_SOURCE_DIR}/cmake/CheckRun.cmake)
   if(NOT R_TIMEOUT)
     set(R_TIMEOUT 120)

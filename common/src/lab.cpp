@@ -329,7 +329,9 @@ int run_lab(const LabProgram& program, int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help prints and exits 0; every bad flag or value exits 2, as documented (CLI11's own
+    // codes are 104-109).
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
   std::unique_ptr<LabRun> run;
   try {

@@ -6,6 +6,10 @@ if(LAB_TREE STREQUAL "solutions")
                  EQ status=ok world_size=1 phases.steps=40 epochs.0.samples=20000
                  GT eval.auc=0.6 phases.forward=0 phases.backward=0 phases.optimizer=0)
 
+  # A bad flag or value: exit status 2 and a message naming the flag (docs/concepts/metrics.md).
+  ddplab_lab_run(bad_value ARGS --batch abc RC 2 EXPECT "--batch" NO_REPORT)
+  ddplab_lab_run(unknown_flag ARGS --no-such-flag RC 2 EXPECT "--no-such-flag" NO_REPORT)
+
   # The same binary under other launchers: each rank finds its rank and world size in the
   # environment (ddplab launch sets torchrun's variables; mpirun sets OMPI_COMM_WORLD_*). Lab 01
   # never talks across ranks, so these are two independent trainers — lab 02's starting point.
