@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "ddplab/data/loader.h"
 #include "ddplab/data/shard.h"
 #include "lab03.h"
 
@@ -70,10 +71,7 @@ class DistributedSampler {
     epoch_ = epoch;
     std::vector<uint64_t> order;
     attempt([&] { order = epoch_order(n_, config_.seed, epoch, config_.shuffle); },
-            [&] {
-              order.resize(n_);
-              for (uint64_t i = 0; i < n_; ++i) order[i] = i;
-            });
+            [&] { order = ddplab::data::sequential_order(n_); });
     if (!base_.empty()) {
       for (auto& p : order) p = base_.at(p);
     }
@@ -174,8 +172,7 @@ inline std::vector<uint8_t> click_labels(const ddplab::data::Dataset& ds, uint64
 /// Sample ids grouped by outcome, as click logs often are: every non-click, then every click,
 /// each group in id order.
 inline std::vector<uint64_t> label_sorted_order(const std::vector<uint8_t>& labels) {
-  std::vector<uint64_t> order(labels.size());
-  for (uint64_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::vector<uint64_t> order = ddplab::data::sequential_order(labels.size());
   std::stable_sort(order.begin(), order.end(), [&](uint64_t a, uint64_t b) { return labels[a] < labels[b]; });
   return order;
 }
