@@ -103,3 +103,19 @@ function(ddplab_skeleton_run name)
                  EXPECT ${S_EXPECT} "not attempted yet: exercise\\(s\\) ${ids}"
                  EQ ${eq} ${S_EQ} LABELS skeleton ${S_LABELS})
 endfunction()
+
+# ddplab_lab_same_params(ORACLE <run> RUNS <run...>)
+# Test ${LAB_TARGET}.<run>_same_params_as_<oracle> per run: its final parameter digest (rank 0's
+# report, params.final_digest) equals the oracle run's, bit for bit. For rungs that must compute
+# exactly what the oracle computes (at 2 ranks a sum over ranks has one rounding whatever the
+# packing, so gradient sync strategies agree to the last bit).
+function(ddplab_lab_same_params)
+  cmake_parse_arguments(P "" "ORACLE" "RUNS" ${ARGN})
+  foreach(run IN LISTS P_RUNS)
+    set(test ${LAB_TARGET}.${run}_same_params_as_${P_ORACLE})
+    add_test(NAME ${test}
+             COMMAND ${CMAKE_COMMAND} -DORACLE=${LAB_RUNS}/${P_ORACLE}/rank0.json -DRUN=${LAB_RUNS}/${run}/rank0.json
+                     -P ${PROJECT_SOURCE_DIR}/cmake/CheckSameParams.cmake)
+    set_tests_properties(${test} PROPERTIES FIXTURES_REQUIRED "${LAB_TARGET}_${P_ORACLE};${LAB_TARGET}_${run}" LABELS lab)
+  endforeach()
+endfunction()

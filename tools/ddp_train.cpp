@@ -36,13 +36,9 @@ int main(int argc, char** argv) {
     run.start_training(model.ptr(), steps);
     for (int64_t epoch = 0; epoch < run.options().epochs; ++epoch) {
       const auto order = data::shuffled_order(run.train_size(), run.options().seed, static_cast<uint64_t>(epoch));
-      std::vector<uint64_t> mine;  // this rank's slice [rank * B, (rank + 1) * B) of every global batch
-      mine.reserve(static_cast<size_t>(steps * B));
-      for (int64_t k = 0; k < steps; ++k) {
-        const auto first = order.begin() + k * G + run.rank() * B;
-        mine.insert(mine.end(), first, first + B);
-      }
-      data::BatchLoader loader(run.train(), std::move(mine), B, run.device());
+      // This rank's slice [rank * B, (rank + 1) * B) of every global batch.
+      data::BatchLoader loader(run.train(), data::global_batch_slice(order, steps, B, run.rank(), run.world_size()), B,
+                               run.device());
       run.run_epoch(epoch, loader,
                     [&](const data::Batch& b) { return train_step(model, optimizer, b, run.timer(), sync.get()); });
     }

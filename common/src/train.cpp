@@ -15,7 +15,7 @@ double train_step(DeepFM& model, torch::optim::Optimizer& optimizer, const data:
     auto s = timer.scope(Phase::kForward);
     loss = batch_loss(model, batch);
   }
-  if (sync != nullptr) sync->before_backward();
+  if (sync != nullptr) sync->before_backward(loss);
   {
     auto s = timer.scope(Phase::kBackward);
     loss.backward();

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include "ddplab/data/error.h"
 #include "ddplab/data/generator.h"
@@ -88,6 +90,23 @@ std::vector<uint64_t> shuffled_order(uint64_t n, uint64_t seed, uint64_t epoch) 
     std::swap(v[i - 1], v[j]);
   }
   return v;
+}
+
+std::vector<uint64_t> global_batch_slice(const std::vector<uint64_t>& order, int64_t steps, int64_t batch, int rank,
+                                         int world) {
+  const int64_t global = batch * world;
+  if (steps < 0 || batch < 1 || rank < 0 || rank >= world || static_cast<uint64_t>(steps * global) > order.size()) {
+    throw std::invalid_argument("global_batch_slice: " + std::to_string(steps) + " steps of " + std::to_string(world) +
+                                " x " + std::to_string(batch) + " samples (rank " + std::to_string(rank) +
+                                ") need more than the order's " + std::to_string(order.size()));
+  }
+  std::vector<uint64_t> mine;
+  mine.reserve(static_cast<size_t>(steps * batch));
+  for (int64_t k = 0; k < steps; ++k) {
+    const auto first = order.begin() + k * global + rank * batch;
+    mine.insert(mine.end(), first, first + batch);
+  }
+  return mine;
 }
 
 }  // namespace ddplab::data

@@ -129,3 +129,19 @@ TEST(ShuffledOrder, PositionsAreRoughlyUniform) {
 
 }  // namespace
 }  // namespace ddplab::data
+
+TEST(GlobalBatchSlice, EachRankTakesItsSliceOfEveryGlobalBatch) {
+  const auto order = ddplab::data::sequential_order(14);  // 3 global batches of 2 x 2, 2 left over
+  EXPECT_EQ(ddplab::data::global_batch_slice(order, 3, 2, 0, 2), (std::vector<uint64_t>{0, 1, 4, 5, 8, 9}));
+  EXPECT_EQ(ddplab::data::global_batch_slice(order, 3, 2, 1, 2), (std::vector<uint64_t>{2, 3, 6, 7, 10, 11}));
+  // One rank: the first steps x batch samples, in order.
+  EXPECT_EQ(ddplab::data::global_batch_slice(order, 2, 3, 0, 1), (std::vector<uint64_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_TRUE(ddplab::data::global_batch_slice(order, 0, 2, 1, 2).empty());
+}
+
+TEST(GlobalBatchSlice, RejectsAnOrderTooShortOrARankOutsideTheWorld) {
+  const auto order = ddplab::data::sequential_order(14);
+  EXPECT_THROW(ddplab::data::global_batch_slice(order, 4, 2, 0, 2), std::invalid_argument);  // needs 16
+  EXPECT_THROW(ddplab::data::global_batch_slice(order, 1, 2, 2, 2), std::invalid_argument);
+  EXPECT_THROW(ddplab::data::global_batch_slice(order, 1, 0, 0, 2), std::invalid_argument);
+}

@@ -17,7 +17,7 @@ namespace ddplab {
 ///
 ///     optimizer.zero_grad();
 ///     loss = BCE-with-logits(model(batch), labels)   // Phase::kForward
-///     sync->before_backward();                       // arms overlap hooks (untimed: no work)
+///     sync->before_backward(loss);                   // arms overlap hooks (untimed: no work)
 ///     loss.backward();                               // Phase::kBackward
 ///     sync->finish();                                // Phase::kComm: what backward did not hide
 ///     optimizer.step();                              // Phase::kOptimizer

@@ -66,6 +66,7 @@ class Completed final : public Pending {
 
 int64_t Communicator::record_start(Op op, int64_t bytes) {
   count_start(stats_, op, bytes);
+  if (observer_) observer_(op, bytes, stats_.sequence);
   return stats_.sequence;
 }
 
@@ -85,6 +86,7 @@ void Communicator::trace_async(int lane, Op op, std::chrono::steady_clock::time_
 Communicator::Recorder::Recorder(Communicator& c, Op op, int64_t bytes) : Recorder(c.stats_, op, bytes) {
   trace_ = c.tracer_.get();
   if (trace_ != nullptr) lane_ = trace_->begin_collective();
+  if (c.observer_) c.observer_(op, bytes, sequence_);
 }
 
 Communicator::Recorder::Recorder(CommStats& s, Op op, int64_t bytes)

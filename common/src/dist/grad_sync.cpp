@@ -103,11 +103,12 @@ GradSync::GradSync(SyncStrategy strategy, Communicator& comm, std::vector<torch:
 
 GradSync::~GradSync() = default;
 
-void GradSync::before_backward() {
+void GradSync::before_backward(const torch::Tensor& loss) {
   if (!enabled_) return;
   DDPLAB_CHECK(!step_open_, "grad sync: before_backward() called twice without finish() in between");
   step_open_ = true;
   start_ = comm_.stats();
+  root_ = loss;
   arm();
 }
 
@@ -124,6 +125,7 @@ void GradSync::finish() {
     torch::NoGradGuard no_grad;
     reduce();
   }
+  root_ = torch::Tensor();  // the graph is freed by backward; do not keep its root alive
   const CommStats& now = comm_.stats();
   last_.collectives = now.total_calls() - start_.total_calls();
   last_.bytes = now.total_bytes() - start_.total_bytes();

@@ -1,6 +1,8 @@
 // Collectives over real Gloo with ranks as threads on one in-memory store (the c10d tests'
 // pattern): world sizes 1-4, odd sizes, values derived from (rank, index) so results are exact.
 #include <thread>
+#include <tuple>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -24,6 +26,25 @@ torch::Tensor values(int rank, int64_t n) {
 
 #ifdef DDPLAB_HAVE_GLOO
 class Collectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(Collectives, TheObserverSeesEveryCollectiveAsItStarts) {
+  run_ranks(GetParam(), [](ProcessGroup& pg) {
+    std::vector<std::tuple<ddplab::dist::Op, int64_t, int64_t>> seen;
+    pg.set_observer([&](ddplab::dist::Op op, int64_t bytes, int64_t seq) { seen.emplace_back(op, bytes, seq); });
+    auto a = values(pg.rank(), 5);
+    pg.allreduce(a);
+    auto b = values(pg.rank(), 3);
+    pg.allreduce_async(b)->wait();
+    pg.broadcast(a, 0);
+    pg.set_observer(nullptr);
+    pg.allreduce(a);  // no longer observed
+    using ddplab::dist::Op;
+    ASSERT_EQ(seen.size(), 3u);
+    EXPECT_EQ(seen[0], std::make_tuple(Op::kAllreduce, int64_t{20}, int64_t{1}));
+    EXPECT_EQ(seen[1], std::make_tuple(Op::kAllreduce, int64_t{12}, int64_t{2}));
+    EXPECT_EQ(seen[2], std::make_tuple(Op::kBroadcast, int64_t{20}, int64_t{3}));
+  });
+}
 
 TEST_P(Collectives, AllreduceSumsExactly) {
   const int world = GetParam();

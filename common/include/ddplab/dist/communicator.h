@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -89,6 +90,14 @@ class Communicator {
   void set_trace(std::shared_ptr<ddplab::trace::Recorder> trace) { tracer_ = std::move(trace); }
   ddplab::trace::Recorder* tracer() const noexcept { return tracer_.get(); }
 
+  /// Called as each collective starts (a blocking one on entry, an asynchronous one at launch),
+  /// after it is counted: its op, payload bytes and sequence number. For a program that checks
+  /// which collectives a step issued and in what order (lab 04). An empty function (the default)
+  /// observes nothing. It runs on the thread that issues the collective (for overlapped gradient
+  /// sync, the autograd engine's), so it must not issue collectives itself.
+  using Observer = std::function<void(Op op, int64_t bytes, int64_t sequence)>;
+  void set_observer(Observer observer) { observer_ = std::move(observer); }
+
  protected:
   /// For asynchronous collectives: counts the call and its bytes as it starts and returns its
   /// sequence number (the "#N" in a timeout message).
@@ -122,6 +131,7 @@ class Communicator {
 
  private:
   std::shared_ptr<ddplab::trace::Recorder> tracer_;
+  Observer observer_;
 };
 
 /// Broadcasts every parameter and buffer of `module` from `root` (start every rank from rank 0's

@@ -70,7 +70,7 @@ struct SyncStepStats {
 
 /// Synchronises gradients across ranks. Per training step:
 ///
-///     sync.before_backward();   // arms the gradient hooks (overlap); a no-op otherwise
+///     sync.before_backward(loss);   // arms the gradient hooks (overlap); a no-op otherwise
 ///     loss.backward();
 ///     sync.finish();            // returns when every .grad() holds the average over ranks
 ///
@@ -105,7 +105,10 @@ class GradSync {
   GradSync& operator=(const GradSync&) = delete;
 
   SyncStrategy strategy() const noexcept { return strategy_; }
-  void before_backward();
+  /// `loss`: the tensor whose backward() follows (optional). A strategy that looks for parameters
+  /// the step will not reach (DDP's find_unused_parameters, lab 04's exercise 04.3) walks the
+  /// autograd graph from it; it is held only until finish().
+  void before_backward(const torch::Tensor& loss = torch::Tensor());
   void finish();
   [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
   /// False inside a no_sync() scope.
@@ -121,6 +124,8 @@ class GradSync {
   GradSync(SyncStrategy strategy, Communicator& comm, std::vector<torch::Tensor> params, std::vector<Bucket> buckets);
   /// Called by before_backward() on a synced step.
   virtual void arm() {}
+  /// The `loss` given to before_backward() for the step now open (undefined if none was given).
+  const torch::Tensor& backward_root() const noexcept { return root_; }
   /// Reduces and averages every gradient; called by finish() on a synced step.
   virtual void reduce() = 0;
 
@@ -132,6 +137,7 @@ class GradSync {
   SyncStrategy strategy_;
   bool enabled_ = true;     // false inside no_sync()
   bool step_open_ = false;  // before_backward() ran on a synced step and finish() has not yet
+  torch::Tensor root_;      // before_backward()'s loss, until finish()
   CommStats start_;
   SyncStepStats last_;
 };

@@ -65,4 +65,11 @@ std::vector<uint64_t> sequential_order(uint64_t n);
 /// over the kit's own mix64-based generator).
 std::vector<uint64_t> shuffled_order(uint64_t n, uint64_t seed, uint64_t epoch);
 
+/// Rank `rank`'s share of `steps` global batches of `world` x `batch` samples taken from the front
+/// of `order`: positions [k*G + rank*batch, k*G + (rank+1)*batch) for k < steps, G = world x batch.
+/// So N ranks at batch B step k together on the k-th global batch one process at batch N x B
+/// would take. Throws std::invalid_argument if `order` holds fewer than steps x G samples.
+std::vector<uint64_t> global_batch_slice(const std::vector<uint64_t>& order, int64_t steps, int64_t batch, int rank,
+                                         int world);
+
 }  // namespace ddplab::data
