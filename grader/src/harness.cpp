@@ -174,6 +174,7 @@ RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) 
   RunOutcome r;
   r.name = run.name;
   r.ranks = run.ranks;
+  r.expect_failure = run.expect_failure;
   r.dir = dir.string();
   r.args = effective_args(run, ctx.options.data_dir);
   fs::remove_all(dir);

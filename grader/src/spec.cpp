@@ -305,6 +305,7 @@ LabSpec load_spec(const std::string& path) {
       run.args = r.strs("args", false);
       run.timeout_s = r.num("timeout_s", 0);
       run.save_model = r.flag("save_model", false);
+      run.expect_failure = r.flag("expect_failure", false);
       r.no_other_keys();
       if (!names.insert(run.name).second) {
         throw ConfigError(fmt::format("{}: duplicate run name '{}'", where(path, e), run.name));
@@ -315,6 +316,12 @@ LabSpec load_spec(const std::string& path) {
       if (run.program != "lab" && run.program != "reference") {
         throw ConfigError(
             fmt::format("{}: run '{}': program must be \"lab\" or \"reference\"", where(path, e), run.name));
+      }
+      if (run.expect_failure && run.save_model) {
+        throw ConfigError(
+            fmt::format("{}: run '{}': a run expected to stop with an error saves no model "
+                        "(expect_failure and save_model exclude each other)",
+                        where(path, e), run.name));
       }
       for (const auto& a : run.args) {
         if (a == "--data" || a == "--report" || a == "--save-model") {

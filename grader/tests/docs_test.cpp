@@ -17,12 +17,13 @@ using namespace ddplab::grader;
 
 namespace {
 
-const char* arity(RunArity a) {
-  switch (a) {
+std::string arity(const CheckKind& k) {
+  switch (k.runs) {
     case RunArity::kNone: return "none";
     case RunArity::kOne: return "one";
     case RunArity::kOneOrMore: return "one or more";
-    case RunArity::kTwo: return "two: `runs = [one, many]`";
+    case RunArity::kTwo:
+      return "two: `runs = [" + (k.run_roles.empty() ? std::string("one, many") : k.run_roles) + "]`";
   }
   return "?";
 }
@@ -50,7 +51,7 @@ std::string row(const std::vector<std::string>& cells) {
 std::vector<std::string> kinds_table() {
   std::vector<std::string> t = {"| kind | runs | passes when | default diagnosis |", "|---|---|---|---|"};
   for (const CheckKind* k : check_registry()) {
-    t.push_back(row({"`" + k->name + "`", arity(k->runs), k->passes_when,
+    t.push_back(row({"`" + k->name + "`", arity(*k), k->passes_when,
                      k->diagnosis.empty() ? "per failure: its `diagnosis_*` parameters" : k->diagnosis}));
   }
   return t;

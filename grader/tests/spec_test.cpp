@@ -93,6 +93,21 @@ TEST_F(Scratch, ParsesASpecWithKindSpecificParameters) {
   EXPECT_DOUBLE_EQ(s.max_score(), 40);
 }
 
+TEST_F(Scratch, ARunMayBeExpectedToFail) {
+  EXPECT_FALSE(load_spec(write("grade.toml", spec_text())).runs[0].expect_failure);
+  std::string text = spec_text();
+  text.insert(text.find("[[check]]"), "expect_failure = true\n\n");
+  EXPECT_TRUE(load_spec(write("grade.toml", text)).runs[0].expect_failure);
+  std::string mistyped = spec_text();
+  mistyped.insert(mistyped.find("[[check]]"), "expect_failure = \"yes\"\n\n");
+  EXPECT_NE(error_of(mistyped).find("grade.toml:13: 'expect_failure' must be true or false"), std::string::npos)
+      << error_of(mistyped);
+  std::string saving = spec_text();
+  saving.insert(saving.find("[[check]]"), "expect_failure = true\nsave_model = true\n\n");
+  EXPECT_NE(error_of(saving).find("run 'r': a run expected to stop with an error saves no model"), std::string::npos)
+      << error_of(saving);
+}
+
 TEST_F(Scratch, ErrorsNameTheFileTheLineAndTheProblem) {
   EXPECT_NE(error_of("[lab]\nid = \n").find("grade.toml:2"), std::string::npos);  // TOML syntax
   EXPECT_NE(error_of(spec_text("run = \"nowhere\"\n").replace(spec_text().find("run = \"r\""), 9, ""))

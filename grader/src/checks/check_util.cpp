@@ -55,6 +55,15 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
   return s;
 }
 
+std::string grouped(uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 std::string stall_line(const std::string& log) {
   std::istringstream in(log);
   std::string line;
@@ -68,6 +77,32 @@ std::string stall_line(const std::string& log) {
     }
   }
   return "";
+}
+
+std::string failure_cause(const RunOutcome& run) {
+  for (size_t k = 0; k < run.rank.size(); ++k) {
+    const auto& rep = run.rank[k].report;
+    if (rep && rep->is_object() && rep->value("status", "") == "error") {
+      const std::string message = first_line(rep->value("message", "error")), own = fmt::format("rank {}: ", k);
+      return message.rfind(own, 0) == 0 ? message : own + message;  // not "rank 1: rank 1: ..."
+    }
+  }
+  return run.summary;
+}
+
+std::string failure_diagnosis(const RunOutcome& run, const GradeContext& ctx) {
+  const std::string& log = run.log_tail;
+  if (log.find("bad_alloc") != std::string::npos || log.find("can't allocate memory") != std::string::npos ||
+      log.find("Cannot allocate memory") != std::string::npos) {
+    return fmt::format("ran out of memory (the grader allows {:.0f} MiB per rank)", ctx.spec.memory_limit_mb);
+  }
+  if (!stall_line(log).empty()) {
+    return "a collective timed out (a rank skipped it or called a different one): " + stall_line(log);
+  }
+  if (run.summary.find("SIG") != std::string::npos) {
+    return "a rank crashed: an out-of-bounds access, a null or undefined tensor, or an uncaught signal";
+  }
+  return "the program failed: see the log below";
 }
 
 bool runs_usable(const CheckSpec& c, GradeContext& ctx, CheckResult& r, bool need_ok) {
@@ -96,6 +131,30 @@ bool runs_usable(const CheckSpec& c, GradeContext& ctx, CheckResult& r, bool nee
            run.log_tail);
       return false;
     }
+    if (run.expect_failure) {
+      // Meant to stop with an error: a stub reached first is still "not attempted", a finished
+      // run is the failure, and an error of its own makes it usable (its reports may be missing:
+      // fail-fast stops the peers of the failing rank).
+      if (run.exit_code == kExitNotAttempted || !run.not_attempted.empty()) {
+        r.status = Status::kNotAttempted;
+        r.observed = fmt::format("run '{}' stopped at exercise(s) not attempted: {}", name, join(run.not_attempted));
+        r.diagnosis = "implement the exercises listed";
+        return false;
+      }
+      if (run.exit_code == 0) {
+        fail(r, fmt::format("run '{}' was expected to stop with an error but finished", name),
+             c.diagnosis_given ? c.diagnosis
+                               : "the program should have stopped with an error here: the failure this run provokes "
+                                 "went undetected",
+             run.log_tail);
+        return false;
+      }
+      if (run.rank.empty()) {
+        fail(r, fmt::format("run '{}': no rank's outcome was recorded", name), "the run did not start", run.log_tail);
+        return false;
+      }
+      continue;
+    }
     if (run.exit_code == kExitNotAttempted) {
       if (need_ok || c.exercise.empty()) {
         r.status = Status::kNotAttempted;
@@ -104,26 +163,10 @@ bool runs_usable(const CheckSpec& c, GradeContext& ctx, CheckResult& r, bool nee
         return false;
       }
     } else if (run.exit_code != 0) {
-      std::string cause = run.summary;
-      for (size_t k = 0; k < run.rank.size(); ++k) {
-        const auto& rep = run.rank[k].report;
-        if (rep && rep->is_object() && rep->value("status", "") == "error") {
-          cause = fmt::format("rank {}: {}", k, first_line(rep->value("message", "error")));
-          break;
-        }
-      }
-      std::string diagnosis = "the program failed: see the log below";
-      const std::string& log = run.log_tail;
-      if (log.find("bad_alloc") != std::string::npos || log.find("can't allocate memory") != std::string::npos ||
-          log.find("Cannot allocate memory") != std::string::npos) {
-        diagnosis = fmt::format("ran out of memory (the grader allows {:.0f} MiB per rank)", ctx.spec.memory_limit_mb);
-      } else if (!stall_line(log).empty()) {
-        diagnosis = "a collective timed out (a rank skipped it or called a different one): " + stall_line(log);
-        cause = "a collective timed out";
-      } else if (run.summary.find("SIG") != std::string::npos) {
-        diagnosis = "a rank crashed: an out-of-bounds access, a null or undefined tensor, or an uncaught signal";
-      }
-      fail(r, fmt::format("run '{}' failed: {}", name, cause), diagnosis, run.log_tail);
+      const std::string diagnosis = failure_diagnosis(run, ctx);
+      const bool stalled = diagnosis.rfind("a collective timed out", 0) == 0;
+      fail(r, fmt::format("run '{}' failed: {}", name, stalled ? "a collective timed out" : failure_cause(run)),
+           diagnosis, run.log_tail);
       return false;
     }
     if (run.rank.empty()) {
@@ -145,7 +188,10 @@ const RunOutcome& the_run(const CheckSpec& c, const GradeContext& ctx, size_t i)
 
 std::vector<json> reports(const RunOutcome& run) {
   std::vector<json> out;
-  for (const auto& r : run.rank) out.push_back(*r.report);
+  for (const auto& r : run.rank) {
+    if (!r.report) throw Error(fmt::format("run '{}': {}", run.name, r.report_error));
+    out.push_back(*r.report);
+  }
   return out;
 }
 
@@ -196,6 +242,75 @@ ModelScore evaluate_saved(const std::string& path, const GradeContext& ctx, uint
   torch::NoGradGuard ng;
   const auto e = evaluate_model(model, test, std::min<uint64_t>(count, test.size()), 4096, torch::kCPU);
   return {e.auc, e.samples};
+}
+
+namespace {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+/// Every tensor of `archive` and of the archives nested in it, with dotted names. Attributes that
+/// are neither (a module's `training` flag, say) are skipped.
+void collect_tensors(torch::serialize::InputArchive& archive, const std::string& prefix, NamedTensors& out) {
+  for (const auto& key : archive.keys()) {
+    c10::IValue value;
+    if (!archive.try_read(key, value)) continue;
+    if (value.isTensor()) {
+      out.emplace_back(prefix + key, value.toTensor());
+    } else if (value.isObject()) {
+      torch::serialize::InputArchive child;
+      if (archive.try_read(key, child)) collect_tensors(child, prefix + key + ".", out);
+    }
+  }
+}
+
+NamedTensors load_tensors(const std::string& path) {
+  if (path.empty() || !fs::exists(path)) throw Error(fmt::format("no saved model at {}", path));
+  NamedTensors out;
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    collect_tensors(archive, "", out);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("the saved model {} cannot be read: {}", path, first_line(e.what())));
+  }
+  return out;
+}
+
+}  // namespace
+
+ModelDiff compare_saved_models(const std::string& oracle, const std::string& candidate) {
+  const NamedTensors a = load_tensors(oracle), b = load_tensors(candidate);
+  ModelDiff d;
+  const auto find = [](const NamedTensors& t, const std::string& name) {
+    return std::find_if(t.begin(), t.end(), [&](const auto& e) { return e.first == name; });
+  };
+  for (const auto& [name, t] : b) {
+    if (find(a, name) == a.end()) d.only_candidate.push_back(name);
+  }
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, ta] : a) {
+    const auto it = find(b, name);
+    if (it == b.end()) {
+      d.only_oracle.push_back(name);
+      continue;
+    }
+    const torch::Tensor& tb = it->second;
+    TensorDiff t;
+    t.name = name;
+    t.oracle_shape = ta.sizes().vec();
+    t.candidate_shape = tb.sizes().vec();
+    t.numel = static_cast<uint64_t>(ta.numel());
+    try {
+      const torch::Tensor x = ta.to(torch::kCPU, torch::kDouble), y = tb.to(torch::kCPU, torch::kDouble);
+      t.oracle_norm = x.norm().item<double>();
+      t.candidate_norm = y.norm().item<double>();
+      if (t.same_shape() && t.numel > 0) t.max_abs_diff = (y - x).abs().max().item<double>();
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("tensor {} of the saved models cannot be compared: {}", name, first_line(e.what())));
+    }
+    d.tensors.push_back(std::move(t));
+  }
+  return d;
 }
 
 std::pair<double, std::string> reference_figure(const CheckSpec& c, const GradeContext& ctx) {

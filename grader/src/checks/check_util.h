@@ -26,18 +26,31 @@ std::string where(const GradeContext& ctx, const CheckSpec& c);
 void fail(CheckResult& r, std::string observed, std::string diagnosis, std::string details = "");
 void pass(CheckResult& r, std::string observed);
 std::string join(const std::vector<std::string>& v, const char* sep = ", ");
+/// An integer with thousands separators: "1,286,404".
+std::string grouped(uint64_t n);
 
 /// The runtime's stall diagnosis (dist/process_group.h) a rank printed when a collective timed
 /// out ("rank 0 ... allreduce #12 ... did not complete within ..."), or "".
 std::string stall_line(const std::string& log);
 
 /// Checks that the runs a check reads completed well enough to be judged, and explains why not
-/// (sets r). `need_ok`: the check needs a complete run (no exercise may be missing).
+/// (sets r). `need_ok`: the check needs a complete run (no exercise may be missing). A run with
+/// expect_failure is usable when it exited non-zero on its own (not timed out, no exercise not
+/// attempted), its reports then optional; finishing (exit 0) fails the check.
 bool runs_usable(const CheckSpec& c, GradeContext& ctx, CheckResult& r, bool need_ok = false);
+
+/// Why a run that exited non-zero failed: the first rank reporting status error ("rank 1: <the
+/// first line of its message>"), else the launcher's summary.
+std::string failure_cause(const RunOutcome& run);
+
+/// The likely cause of a run that exited non-zero, from its log and summary: out of memory, a
+/// collective that timed out (with the stall line), a crash, or "see the log".
+std::string failure_diagnosis(const RunOutcome& run, const GradeContext& ctx);
 
 /// The i-th run the check reads.
 const RunOutcome& the_run(const CheckSpec& c, const GradeContext& ctx, size_t i = 0);
-/// The ranks' reports of a usable run.
+/// The ranks' reports of a usable run; throws Error naming a rank that wrote none (possible only
+/// in a run with expect_failure).
 std::vector<json> reports(const RunOutcome& run);
 
 /// A report field the grader needs ("phases.wall", "epochs.0.samples"); a missing or mistyped one
@@ -67,6 +80,25 @@ struct ModelScore {
 /// the run saved no model or it cannot be loaded.
 ModelScore evaluate_saved(const std::string& path, const GradeContext& ctx, uint64_t count);
 
+/// One tensor of two saved models, compared element by element.
+struct TensorDiff {
+  std::string name;  ///< dotted, as named_parameters() gives it ("mlp.0.weight")
+  std::vector<int64_t> oracle_shape, candidate_shape;
+  uint64_t numel = 0;
+  double max_abs_diff = 0;  ///< max |candidate - oracle| (NaN if a value is NaN; 0 if the shapes differ)
+  double oracle_norm = 0, candidate_norm = 0;  ///< L2 norms
+  bool same_shape() const { return oracle_shape == candidate_shape; }
+};
+/// Two saved models compared key by key.
+struct ModelDiff {
+  std::vector<std::string> only_oracle, only_candidate;  ///< keys one file lacks
+  std::vector<TensorDiff> tensors;                       ///< the keys both hold, in the oracle's order
+};
+/// Reads every tensor of two archives saved with torch::serialize::OutputArchive (a module's
+/// save(): its nested archives give dotted keys), whatever model wrote them, and compares them.
+/// Throws Error if a file is missing or is not such an archive.
+ModelDiff compare_saved_models(const std::string& oracle, const std::string& candidate);
+
 /// A figure relative to the reference: calibrated on this machine if available (keyed by the
 /// check's id), else the spec's `reference` parameter; with where it came from.
 std::pair<double, std::string> reference_figure(const CheckSpec& c, const GradeContext& ctx);
@@ -92,7 +124,7 @@ namespace ddplab::grader::checks {
 
 // The descriptors, each defined at the end of its kind's file and listed in registry.cpp.
 extern const CheckKind kUnitTests, kRunOk, kPhases, kUtilization, kAuc, kConsistency, kCoverage, kParity, kScaling,
-    kCommBudget, kOutput;
+    kCommBudget, kOutput, kSameModel, kGradSync, kExposedComm;
 
 /// A rule for CheckKind::rules: every run the check reads saves its model (save_model = true).
 std::string runs_save_models(const CheckSpec& c, const LabSpec& lab);

@@ -23,7 +23,9 @@ void check_output(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   const auto patterns = c.texts("regex");
   for (const auto& p : patterns) {
     if (!std::regex_search(out, std::regex(p))) {
-      fail(r, fmt::format("the output of run '{}' has no line matching /{}/", c.runs[0], p), c.diagnosis);
+      // A run meant to fail that failed otherwise: how it stopped is the clue.
+      fail(r, fmt::format("the output of run '{}' has no line matching /{}/", c.runs[0], p), c.diagnosis,
+           run.expect_failure ? fmt::format("the run stopped with: {}\n{}", failure_cause(run), run.log_tail) : "");
       return;
     }
   }

@@ -22,7 +22,8 @@ const std::vector<const CheckKind*>& check_registry() {
   using namespace checks;
   static const std::vector<const CheckKind*> kinds = {&kUnitTests, &kRunOk,       &kPhases,   &kUtilization,
                                                       &kAuc,       &kConsistency, &kCoverage, &kParity,
-                                                      &kScaling,   &kCommBudget,  &kOutput};
+                                                      &kScaling,   &kCommBudget,  &kOutput,   &kSameModel,
+                                                      &kGradSync,  &kExposedComm};
   return kinds;
 }
 
@@ -99,12 +100,14 @@ void validate_check(const LabSpec& lab, CheckSpec& c) {
   }
   if (!c.diagnosis_given) c.diagnosis = kind->diagnosis;
   const size_t n = c.runs.size();
+  const std::string two_runs =
+      kind->run_roles.empty() ? "needs runs = [one_rank, n_ranks]" : "needs runs = [" + kind->run_roles + "]";
   const char* runs_problem = nullptr;
   switch (kind->runs) {
     case RunArity::kNone: runs_problem = n != 0 ? "reads no run: remove 'run' / 'runs'" : nullptr; break;
     case RunArity::kOne: runs_problem = n != 1 ? "reads one run: run = \"name\"" : nullptr; break;
     case RunArity::kOneOrMore: runs_problem = n == 0 ? "needs 'run' or 'runs'" : nullptr; break;
-    case RunArity::kTwo: runs_problem = n != 2 ? "needs runs = [one_rank, n_ranks]" : nullptr; break;
+    case RunArity::kTwo: runs_problem = n != 2 ? two_runs.c_str() : nullptr; break;
   }
   if (runs_problem) throw ConfigError(fmt::format("{}: {}", at("runs"), runs_problem));
   if (kind->rules) {

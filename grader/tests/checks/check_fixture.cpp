@@ -56,6 +56,9 @@ RunOutcome& CheckTest::add_run(const std::string& name, std::vector<json> report
   r.args = std::move(args);
   r.dir = (dir_ / "runs" / name).string();
   r.summary = "all ranks exited 0";
+  for (const auto& spec_run : spec_.runs) {
+    if (spec_run.name == name) r.expect_failure = spec_run.expect_failure;
+  }
   for (auto& rep : reports) {
     RankOutcome o;
     o.exit_code = 0;

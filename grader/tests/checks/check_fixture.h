@@ -26,7 +26,8 @@ class CheckTest : public ::testing::Test {
 
   /// Loads a spec of the [[run]] and [[check]] tables `body` (a [lab] table is added).
   void load(const std::string& body);
-  /// A finished run with one report per rank (exit 0); `args` as the harness would record them.
+  /// A finished run with one report per rank (exit 0); `args` as the harness would record them,
+  /// expect_failure as the loaded spec's run of that name has it.
   RunOutcome& add_run(const std::string& name, std::vector<json> reports,
                       std::vector<std::string> args = {"--train-samples", "1000"});
   /// Runs the check with id `id` against the runs added so far.
@@ -61,7 +62,17 @@ namespace ddplab::grader::testing {
 
 /// A tiny ctr data set (2,000 train, 1,000 test samples), generated once per test binary.
 std::string tiny_data_set();
-/// Saves a freshly initialised DeepFM (seeded) where a lab run's --save-model would.
-void save_model(const std::string& path, uint64_t seed);
+/// Saves a freshly initialised DeepFM (seeded) where a lab run's --save-model would; `by` is added
+/// to the first element of parameter `nudge` (named as named_parameters() names it) if given.
+void save_model(const std::string& path, uint64_t seed, const std::string& nudge = "", double by = 0);
+
+/// A tensor of a synthetic saved model.
+struct SavedTensor {
+  std::string name;  ///< dotted: "extra.scale" is tensor "scale" of nested archive "extra"
+  std::vector<int64_t> shape;
+  std::vector<float> values;  ///< row-major, as many as the shape holds
+};
+/// Saves `tensors` as a module's save() would: one nested archive per dotted prefix.
+void save_tensors(const std::string& path, const std::vector<SavedTensor>& tensors);
 
 }  // namespace ddplab::grader::testing

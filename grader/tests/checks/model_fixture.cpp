@@ -1,7 +1,9 @@
-// The parts of the check tests' harness that need LibTorch: a saved DeepFM and a small data set
-// for the kinds that evaluate saved models (auc, parity).
+// The parts of the check tests' harness that need LibTorch: a saved DeepFM, synthetic saved
+// archives, and a small data set for the kinds that evaluate or compare saved models (auc,
+// parity, same_model).
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include <torch/torch.h>
@@ -32,11 +34,45 @@ std::string tiny_data_set() {
   return dir;
 }
 
-void save_model(const std::string& path, uint64_t seed) {
+void save_model(const std::string& path, uint64_t seed, const std::string& nudge, double by) {
   torch::manual_seed(seed);
   DeepFM model;
+  if (!nudge.empty()) {
+    torch::NoGradGuard no_grad;
+    model->named_parameters()[nudge].view(-1)[0] += by;
+  }
   torch::serialize::OutputArchive archive;
   model->save(archive);
+  archive.save_to(path);
+}
+
+namespace {
+
+void write_tensors(torch::serialize::OutputArchive& archive, const std::vector<SavedTensor>& tensors,
+                   const std::string& prefix) {
+  std::vector<std::string> children;  // nested archives, in order of first appearance
+  for (const auto& t : tensors) {
+    if (t.name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string rest = t.name.substr(prefix.size());
+    const auto dot = rest.find('.');
+    if (dot == std::string::npos) {
+      archive.write(rest, torch::tensor(t.values).reshape(t.shape));
+    } else if (std::find(children.begin(), children.end(), rest.substr(0, dot)) == children.end()) {
+      children.push_back(rest.substr(0, dot));
+    }
+  }
+  for (const auto& child : children) {
+    torch::serialize::OutputArchive nested(archive.compilation_unit());
+    write_tensors(nested, tensors, prefix + child + ".");
+    archive.write(child, nested);
+  }
+}
+
+}  // namespace
+
+void save_tensors(const std::string& path, const std::vector<SavedTensor>& tensors) {
+  torch::serialize::OutputArchive archive;
+  write_tensors(archive, tensors, "");
   archive.save_to(path);
 }
 

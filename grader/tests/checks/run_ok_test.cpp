@@ -1,6 +1,8 @@
 // Check kind run_ok: a clean run passes; a rank reporting another status, a crashed or hung run
-// and a missing report fail with their cause.
+// and a missing report fail with their cause. A run with expect_failure passes by stopping with an
+// error of its own, and fails by finishing.
 #include "check_fixture.h"
+#include "ddplab/error.h"
 
 namespace ddplab::grader::testing {
 namespace {
@@ -47,6 +49,79 @@ TEST_F(RunOkCheck, AMissingReportIsAFailedCheck) {
   const auto r = grade("ok");
   EXPECT_TRUE(has(r, Status::kFailed, "the run report is missing or malformed"));
   EXPECT_NE(r.observed.find("rank 1's report is unusable"), std::string::npos);
+}
+
+/// A spec whose run `unused` is meant to stop with an error, read by a run_ok check.
+class ExpectedFailureRunOk : public CheckTest {
+ protected:
+  void SetUp() override {
+    CheckTest::SetUp();
+    load(
+        "[[run]]\nname = \"unused\"\nranks = 2\nexpect_failure = true\n\n[[check]]\nid = \"stops\"\nkind = "
+        "\"run_ok\"\nname = \"stops on unused parameters\"\nexercise = \"09.1\"\nrun = \"unused\"\npoints = 1\n");
+  }
+  /// The run, ended with `exit_code`; rank 1 reports the error, rank 0 (stopped by fail-fast) nothing.
+  RunOutcome& ended(int exit_code) {
+    auto failed = good_report();
+    failed["status"] = "error";
+    failed["message"] =
+        "rank 1: bucket 1 of 2 was never launched: parameter(s) extra.weight received no gradient\nat ...";
+    auto& run = add_run("unused", {good_report(), failed});
+    run.exit_code = exit_code;
+    run.summary = "rank 1 exited with status 1";
+    run.rank[0].report.reset();
+    run.rank[0].report_error = "rank 0 wrote no report";
+    return run;
+  }
+};
+
+TEST_F(ExpectedFailureRunOk, StoppingWithAnErrorPasses) {
+  EXPECT_TRUE(spec_.run("unused").expect_failure);
+  ended(1);
+  const auto r = grade("stops");
+  EXPECT_TRUE(has(r, Status::kPassed));
+  EXPECT_EQ(r.observed,
+            "stopped with an error, as expected: 'unused' (rank 1: bucket 1 of 2 was never launched: "
+            "parameter(s) extra.weight received no gradient)");
+}
+
+TEST_F(ExpectedFailureRunOk, ACrashIsNotTheExpectedError) {
+  auto& run = ended(139);
+  run.rank[1].report.reset();
+  run.rank[1].report_error = "rank 1 wrote no report";
+  run.summary = "rank 1 killed by SIGSEGV";
+  const auto r = grade("stops");
+  EXPECT_TRUE(has(r, Status::kFailed, "a rank crashed"));
+  EXPECT_EQ(r.observed, "run 'unused' stopped, but no rank reported an error: rank 1 killed by SIGSEGV");
+}
+
+TEST_F(ExpectedFailureRunOk, FinishingFails) {
+  ended(0);
+  const auto r = grade("stops");
+  EXPECT_TRUE(has(r, Status::kFailed, "the failure this run provokes went undetected"));
+  EXPECT_EQ(r.observed, "run 'unused' was expected to stop with an error but finished");
+}
+
+TEST_F(ExpectedFailureRunOk, AHangIsStillAHang) {
+  auto& run = ended(124);
+  run.timed_out = true;
+  run.summary = "timed out after 40 s: ranks 0, 1 killed";
+  const auto r = grade("stops");
+  EXPECT_TRUE(has(r, Status::kFailed, "the program hangs or loops"));
+  EXPECT_EQ(r.observed, "run 'unused' (2 ranks) timed out: timed out after 40 s: ranks 0, 1 killed");
+}
+
+TEST_F(ExpectedFailureRunOk, AStubReachedIsNotAttemptedNotTheExpectedFailure) {
+  auto& stub = ended(kExitNotAttempted);
+  stub.not_attempted = {"09.2"};  // another exercise than the check's: still not attempted
+  auto r = grade("stops");
+  EXPECT_EQ(r.status, Status::kNotAttempted) << r.observed;
+  EXPECT_EQ(r.observed, "run 'unused' stopped at exercise(s) not attempted: 09.2");
+  // A stub on one rank, and its peer then failing in a collective: the stub is the cause.
+  auto& peer = ended(1);
+  peer.not_attempted = {"09.2"};
+  r = grade("stops");
+  EXPECT_EQ(r.status, Status::kNotAttempted) << r.observed;
 }
 
 TEST_F(RunOkCheck, TakesNoParameters) {

@@ -64,6 +64,9 @@ struct CheckKind {
   std::string diagnosis;
   CheckFn run;
   CheckRulesFn rules;  ///< optional
+  /// RunArity::kTwo: what the two runs are, as the guide and spec errors name them ("oracle,
+  /// candidate"); empty: one rank and N ranks.
+  std::string run_roles = "";
 };
 
 /// The registered kinds (registry.cpp), in the order the instructor guide lists them.

@@ -56,6 +56,7 @@ struct RunOutcome {
   std::string model;                       ///< the saved model, if asked for and written
   std::string log_tail;                    ///< the last lines of output (for failed runs)
   std::vector<std::string> not_attempted;  ///< exercise ids the program reported as not attempted
+  bool expect_failure = false;             ///< the spec's: the run is meant to stop with an error
   bool ok() const { return exit_code == 0 && !timed_out; }
 };
 

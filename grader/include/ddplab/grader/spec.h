@@ -27,6 +27,9 @@ struct RunSpec {
   std::vector<std::string> args;  ///< extra program arguments
   double timeout_s = 0;           ///< 0: [limits] run_timeout_s
   bool save_model = false;        ///< rank 0 saves the final model for the grader to evaluate
+  /// The run is meant to stop with an error (a named failure the lab teaches): exiting non-zero on
+  /// its own makes it usable for the checks that read it, finishing makes them fail.
+  bool expect_failure = false;
 };
 
 /// Thrown when a check reads a parameter its kind does not declare: a bug in the grader.
