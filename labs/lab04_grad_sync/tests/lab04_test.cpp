@@ -1,0 +1,444 @@
+// Lab 04's public tests: the contracts of lab04.h. Ranks run as threads with real Gloo groups, and
+// the runtime's per-parameter sync is the oracle. Run them with build/<tree>/bin/lab04_grad_sync_tests.
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "../../../common/tests/dist/thread_ranks.h"
+#include "ddplab/deepfm.h"
+#include "ddplab/dist/grad_sync.h"
+#include "ddplab/error.h"
+#include "lab04.h"
+
+namespace {
+
+using ddplab::dist::GradSync;
+using ddplab::dist::ProcessGroup;
+using ddplab::testing::run_ranks;
+using lab04::BucketCaps;
+
+// ---------------------------------------------------------------------------------------------
+// A small model: an embedding, two linear layers and a side branch a step may skip. Parameter
+// order (registration): emb.weight [10x3], fc1.weight [6x7], fc1.bias [6], fc2.weight [1x6],
+// fc2.bias [1], side.weight [1x4], side.bias [1].
+
+struct NetImpl : torch::nn::Module {
+  NetImpl() {
+    emb = register_module("emb", torch::nn::Embedding(10, 3));
+    fc1 = register_module("fc1", torch::nn::Linear(7, 6));
+    fc2 = register_module("fc2", torch::nn::Linear(6, 1));
+    side = register_module("side", torch::nn::Linear(4, 1));
+  }
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ids, bool use_side) {
+    const torch::Tensor h = torch::cat({x, emb->forward(ids)}, 1);
+    torch::Tensor y = fc2->forward(torch::tanh(fc1->forward(h))).squeeze(1);
+    if (use_side) y = y + side->forward(x).squeeze(1);
+    return y;
+  }
+  torch::nn::Embedding emb{nullptr};
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, side{nullptr};
+};
+TORCH_MODULE(Net);
+
+constexpr size_t kParams = 7;
+
+/// The same weights on every rank, different per test seed.
+Net make_net(uint64_t seed = 1) {
+  torch::manual_seed(seed);
+  Net net;
+  return net;
+}
+
+struct Input {
+  torch::Tensor x, ids, y;
+};
+
+/// A different batch per rank and step.
+Input input(int rank, int step, int64_t n = 5) {
+  const float r = static_cast<float>(rank), s = static_cast<float>(step);
+  Input in;
+  in.x = torch::sin(torch::arange(n * 4, torch::kFloat32) * 0.7f + 3.0f * r + 11.0f * s).view({n, 4});
+  in.ids = torch::remainder(torch::arange(n, torch::kInt64) * 3 + rank * 5 + step, 10);
+  in.y = (torch::arange(n, torch::kFloat32) + r + s).remainder(2.0f);
+  return in;
+}
+
+torch::Tensor loss_of(Net& net, const Input& in, bool use_side) {
+  return torch::binary_cross_entropy_with_logits(net->forward(in.x, in.ids, use_side), in.y);
+}
+
+void clear_grads(Net& net) {
+  for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
+}
+
+std::vector<torch::Tensor> grads(Net& net) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : net->parameters()) out.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+  return out;
+}
+
+/// One synced step from cleared gradients; returns the gradients it leaves.
+std::vector<torch::Tensor> synced(GradSync& sync, Net& net, const Input& in, bool use_side = true) {
+  clear_grads(net);
+  const torch::Tensor loss = loss_of(net, in, use_side);
+  sync.before_backward(loss);
+  loss.backward();
+  sync.finish();
+  return grads(net);
+}
+
+/// "" when equal within tol, else which parameter differs and by how much.
+std::string compare(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want, double tol) {
+  if (got.size() != want.size()) return "different parameter counts";
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!got[i].defined()) return "parameter " + std::to_string(i) + " has no gradient after finish()";
+    const double d = (got[i] - want[i]).abs().max().item<double>();
+    if (d > tol) {
+      return "parameter " + std::to_string(i) + ": max |got - oracle| = " + std::to_string(d) + " (sum got " +
+             std::to_string(got[i].sum().item<double>()) + ", oracle " + std::to_string(want[i].sum().item<double>()) +
+             ")";
+    }
+  }
+  return "";
+}
+
+std::vector<size_t> indices(const lab04::Bucket& b) { return b.params; }
+
+/// Tensors of the given sizes (float32 unless listed in `doubles`), in order.
+std::vector<torch::Tensor> tensors(const std::vector<int64_t>& numels, const std::vector<size_t>& doubles = {}) {
+  std::vector<torch::Tensor> out;
+  for (size_t i = 0; i < numels.size(); ++i) {
+    const bool d = std::find(doubles.begin(), doubles.end(), i) != doubles.end();
+    out.push_back(torch::zeros({numels[i]}, d ? torch::kFloat64 : torch::kFloat32));
+  }
+  return out;
+}
+
+const BucketCaps kSmall{64, 128};  // Net: several buckets
+
+/// A layout from the runtime (its own rule, not DDP's): the overlap tests do not depend on 04.1.
+std::vector<lab04::Bucket> layout(Net& net, const BucketCaps& caps) {
+  ddplab::dist::BucketOptions o;
+  o.first_bucket_bytes = caps.first_bytes;
+  o.bucket_cap_bytes = caps.cap_bytes;
+  return ddplab::dist::assign_buckets(net->parameters(), o);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 04.1: the layout
+
+TEST(Lab04Buckets, DeepFMUnderDDPDefaultsHasTheMlpTailFirst) {
+  ddplab::DeepFM model;
+  const auto params = model->parameters();
+  ASSERT_EQ(params.size(), 12u);
+  const auto buckets = lab04::assign_buckets(params);
+  ASSERT_EQ(buckets.size(), 2u);
+  // Walking back from mlp's output layer: 4 + 1600 + 1600 + 640000 + 1600 + 640000 bytes reach the
+  // 1 MiB of bucket 0 with the second 400x400 weight; everything else fits in 25 MiB.
+  EXPECT_EQ(indices(buckets[0]), (std::vector<size_t>{11, 10, 9, 8, 7, 6}));
+  EXPECT_EQ(buckets[0].bytes, 1284804);
+  EXPECT_EQ(indices(buckets[1]), (std::vector<size_t>{5, 4, 3, 2, 1, 0}));
+  EXPECT_EQ(buckets[1].bytes, 4 * ddplab::count_parameters(*model) - 1284804);
+  EXPECT_EQ(buckets[0].numel + buckets[1].numel, ddplab::count_parameters(*model));
+}
+
+TEST(Lab04Buckets, OneMiBCapsGiveThreeBuckets) {
+  ddplab::DeepFM model;
+  const auto buckets = lab04::assign_buckets(model->parameters(), BucketCaps{1 << 20, 1 << 20});
+  ASSERT_EQ(buckets.size(), 3u);
+  EXPECT_EQ(indices(buckets[0]), (std::vector<size_t>{11, 10, 9, 8, 7, 6}));
+  // mlp.0 (686,400 + 1,600), dense_linear (4 + 52), first_order (669,576) reach 1 MiB.
+  EXPECT_EQ(indices(buckets[1]), (std::vector<size_t>{5, 4, 3, 2, 1}));
+  EXPECT_EQ(buckets[1].bytes, 1600 + 686400 + 4 + 52 + 669576);
+  EXPECT_EQ(indices(buckets[2]), (std::vector<size_t>{0}));  // the embedding, alone
+}
+
+TEST(Lab04Buckets, ABucketClosesOnceItReachesItsLimit) {
+  // float32 sizes 10, 10, 30, 10, 10 elements = 40, 40, 120, 40, 40 bytes; first limit 80, then 100.
+  const auto buckets = lab04::assign_buckets(tensors({10, 10, 30, 10, 10}), BucketCaps{80, 100});
+  ASSERT_EQ(buckets.size(), 3u);
+  EXPECT_EQ(indices(buckets[0]), (std::vector<size_t>{4, 3}));  // 80 >= 80: closed at its limit
+  EXPECT_EQ(indices(buckets[1]), (std::vector<size_t>{2}));     // 120 >= 100: over the cap, alone
+  EXPECT_EQ(indices(buckets[2]), (std::vector<size_t>{1, 0}));  // 80 < 100: left open, closed at the end
+  EXPECT_EQ(buckets[1].bytes, 120);
+  EXPECT_EQ(buckets[2].numel, 20);
+}
+
+TEST(Lab04Buckets, EachDtypeHasItsOwnBucketsAndLimits) {
+  // Sizes in elements; 1 and 3 are float64 (8 bytes each). First limit 100 bytes, then 1000.
+  // Reverse walk: 4 (f32, 80 B) -> f32 open 80; 3 (f64, 160 B) -> f64 160 >= 100: closed [3];
+  // 2 (f32, 40 B) -> f32 120 >= 100: closed [4, 2]; 1 (f64, 80 B) -> f64 80; 0 (f32, 4 B) -> f32 4.
+  // The open buckets close at the end; sorted by where they began in the walk.
+  const auto buckets = lab04::assign_buckets(tensors({1, 10, 10, 20, 20}, {1, 3}), BucketCaps{100, 1000});
+  ASSERT_EQ(buckets.size(), 4u);
+  EXPECT_EQ(indices(buckets[0]), (std::vector<size_t>{4, 2}));
+  EXPECT_EQ(indices(buckets[1]), (std::vector<size_t>{3}));
+  EXPECT_EQ(indices(buckets[2]), (std::vector<size_t>{1}));
+  EXPECT_EQ(indices(buckets[3]), (std::vector<size_t>{0}));
+  EXPECT_EQ(buckets[0].bytes, 120);
+  EXPECT_EQ(buckets[1].bytes, 160);
+}
+
+TEST(Lab04Buckets, EveryParameterInExactlyOneBucket) {
+  Net net = make_net();
+  for (const BucketCaps caps : {BucketCaps{}, kSmall, BucketCaps{1, 1}, BucketCaps{4, 1 << 30}}) {
+    const auto buckets = lab04::assign_buckets(net->parameters(), caps);
+    std::vector<int> seen(kParams, 0);
+    for (const auto& b : buckets) {
+      int64_t bytes = 0;
+      for (size_t i : b.params) {
+        ASSERT_LT(i, kParams);
+        ++seen[i];
+        bytes += lab04::tensor_bytes(net->parameters()[i]);
+      }
+      EXPECT_EQ(b.bytes, bytes);
+    }
+    EXPECT_EQ(seen, std::vector<int>(kParams, 1)) << "caps " << caps.first_bytes << "/" << caps.cap_bytes;
+  }
+  // Caps of one byte: every tensor closes its own bucket, last registered first.
+  const auto tiny = lab04::assign_buckets(net->parameters(), BucketCaps{1, 1});
+  ASSERT_EQ(tiny.size(), kParams);
+  for (size_t b = 0; b < kParams; ++b) EXPECT_EQ(indices(tiny[b]), std::vector<size_t>{kParams - 1 - b});
+}
+
+TEST(Lab04Buckets, RejectsCapsBelowOneByteAndAcceptsNoParameters) {
+  EXPECT_THROW(lab04::assign_buckets(tensors({4}), BucketCaps{0, 100}), ddplab::ConfigError);
+  EXPECT_THROW(lab04::assign_buckets(tensors({4}), BucketCaps{100, -1}), ddplab::ConfigError);
+  EXPECT_TRUE(lab04::assign_buckets({}, BucketCaps{}).empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// 04.1: bucketed allreduce after backward
+
+class Lab04Bucketed : public ::testing::TestWithParam<int> {};
+
+TEST_P(Lab04Bucketed, GradientsAreTheOraclesMeanWithOneCollectivePerBucket) {
+  run_ranks(GetParam(), [](ProcessGroup& pg) {
+    Net net = make_net();
+    auto oracle = ddplab::dist::make_grad_sync(ddplab::dist::SyncStrategy::kPerParam, pg, net->parameters());
+    for (const BucketCaps caps : {BucketCaps{}, kSmall}) {
+      lab04::BucketedSync sync(pg, net->parameters(), caps);
+      for (int step = 0; step < 2; ++step) {
+        SCOPED_TRACE(::testing::Message()
+                     << "rank " << pg.rank() << ", step " << step << ", " << sync.buckets().size() << " buckets");
+        const Input in = input(pg.rank(), step);
+        const auto want = synced(*oracle, net, in);
+        const auto got = synced(sync, net, in);
+        EXPECT_EQ(compare(got, want, 1e-6), "");
+        EXPECT_EQ(sync.last_step().collectives, static_cast<int64_t>(sync.buckets().size()));
+        EXPECT_EQ(sync.last_step().bytes, oracle->last_step().bytes);
+      }
+    }
+  });
+}
+
+TEST_P(Lab04Bucketed, AParameterWithoutGradientContributesZeros) {
+  // Rank 0 uses the side branch, the others do not: their side gradients are undefined.
+  const int world = GetParam();
+  run_ranks(world, [world](ProcessGroup& pg) {
+    Net net = make_net();
+    auto oracle = ddplab::dist::make_grad_sync(ddplab::dist::SyncStrategy::kPerParam, pg, net->parameters());
+    lab04::BucketedSync sync(pg, net->parameters(), kSmall);
+    const Input in = input(pg.rank(), 0);
+    const bool use_side = pg.rank() == 0;
+    const auto want = synced(*oracle, net, in, use_side);
+    const auto got = synced(sync, net, in, use_side);
+    EXPECT_EQ(compare(got, want, 1e-6), "") << "rank " << pg.rank();
+    if (world > 1) {
+      EXPECT_GT(got[5].abs().sum().item<float>(), 0.0f) << "rank 0's side gradient must arrive";
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Lab04Bucketed, ::testing::Values(1, 2, 3));
+
+// ---------------------------------------------------------------------------------------------
+// 04.2: overlapped with backward
+
+class Lab04Overlap : public ::testing::TestWithParam<int> {};
+
+TEST_P(Lab04Overlap, GradientsAreTheOraclesMeanWithOneCollectivePerBucket) {
+  run_ranks(GetParam(), [](ProcessGroup& pg) {
+    Net net = make_net();
+    auto oracle = ddplab::dist::make_grad_sync(ddplab::dist::SyncStrategy::kPerParam, pg, net->parameters());
+    for (const BucketCaps caps : {BucketCaps{}, kSmall, BucketCaps{1, 1}}) {
+      lab04::OverlapSync sync(pg, net->parameters(), layout(net, caps));
+      for (int step = 0; step < 3; ++step) {
+        SCOPED_TRACE(::testing::Message()
+                     << "rank " << pg.rank() << ", step " << step << ", " << sync.buckets().size() << " buckets");
+        const Input in = input(pg.rank(), step);
+        const auto want = synced(*oracle, net, in);
+        const auto got = synced(sync, net, in);
+        EXPECT_EQ(compare(got, want, 1e-6), "");
+        EXPECT_EQ(sync.last_step().collectives, static_cast<int64_t>(sync.buckets().size()));
+      }
+    }
+  });
+}
+
+TEST_P(Lab04Overlap, BucketsStartDuringBackwardInBucketOrder) {
+  run_ranks(GetParam(), [](ProcessGroup& pg) {
+    Net net = make_net();
+    lab04::OverlapSync sync(pg, net->parameters(), layout(net, kSmall));
+    ASSERT_GE(sync.buckets().size(), 3u);
+    std::vector<int64_t> launched;
+    pg.set_observer([&](ddplab::dist::Op op, int64_t bytes, int64_t) {
+      EXPECT_EQ(op, ddplab::dist::Op::kAllreduce);
+      launched.push_back(bytes);
+    });
+    clear_grads(net);
+    const torch::Tensor loss = loss_of(net, input(pg.rank(), 0), true);
+    sync.before_backward(loss);
+    loss.backward();
+    const size_t during_backward = launched.size();
+    sync.finish();
+    pg.set_observer(nullptr);
+    EXPECT_GE(during_backward, 1u) << "no bucket started before backward returned: the overlap is missing";
+    std::vector<int64_t> layout;
+    for (const auto& b : sync.buckets()) layout.push_back(b.bytes);
+    EXPECT_EQ(launched, layout) << "one allreduce per bucket, in bucket order";
+  });
+}
+
+TEST_P(Lab04Overlap, AccumulatedMicroStepsAreSummedBeforeTheSyncedStep) {
+  // Two micro-steps inside no_sync() and a third synced one: the hooks must read the accumulated
+  // .grad() (after AccumulateGrad), so the result is the oracle's on the summed gradients.
+  run_ranks(GetParam(), [](ProcessGroup& pg) {
+    Net net = make_net();
+    auto oracle = ddplab::dist::make_grad_sync(ddplab::dist::SyncStrategy::kPerParam, pg, net->parameters());
+    auto run = [&](GradSync& sync) {
+      clear_grads(net);
+      for (int k = 0; k < 2; ++k) {
+        auto guard = sync.no_sync();
+        const torch::Tensor loss = loss_of(net, input(pg.rank(), k), true);
+        sync.before_backward(loss);
+        loss.backward();
+        sync.finish();
+        EXPECT_EQ(sync.last_step().collectives, 0) << "a no_sync micro-step communicates nothing";
+      }
+      const torch::Tensor loss = loss_of(net, input(pg.rank(), 2), true);
+      sync.before_backward(loss);
+      loss.backward();
+      sync.finish();
+      return grads(net);
+    };
+    const auto want = run(*oracle);
+    lab04::OverlapSync sync(pg, net->parameters(), layout(net, kSmall));
+    EXPECT_EQ(compare(run(sync), want, 1e-6), "") << "rank " << pg.rank();
+  });
+}
+
+TEST(Lab04Overlap, HooksDoNothingOutsideAStepAndAreRemovedWithTheSync) {
+  run_ranks(1, [](ProcessGroup& pg) {
+    Net net = make_net();
+    int64_t calls = 0;
+    pg.set_observer([&](ddplab::dist::Op, int64_t, int64_t) { ++calls; });
+    {
+      lab04::OverlapSync sync(pg, net->parameters(), layout(net, kSmall));
+      loss_of(net, input(0, 0), true).backward();  // not armed: no collective
+      EXPECT_EQ(calls, 0);
+      synced(sync, net, input(0, 1));
+      EXPECT_EQ(calls, static_cast<int64_t>(sync.buckets().size()));
+    }
+    calls = 0;
+    loss_of(net, input(0, 2), true).backward();  // the sync is gone: its hooks must be too
+    EXPECT_EQ(calls, 0);
+    pg.set_observer(nullptr);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Lab04Overlap, ::testing::Values(1, 2, 3));
+
+// ---------------------------------------------------------------------------------------------
+// 04.3: parameters a step does not use
+
+std::vector<std::shared_ptr<torch::autograd::Node>> accumulators(Net& net) {
+  std::vector<std::shared_ptr<torch::autograd::Node>> out;
+  for (const auto& p : net->parameters()) out.push_back(torch::autograd::impl::grad_accumulator(p));
+  return out;
+}
+
+TEST(Lab04Unused, TheGraphWalkFindsWhatTheLossDoesNotReach) {
+  Net net = make_net();
+  const auto acc = accumulators(net);
+  const Input in = input(0, 0);
+  EXPECT_EQ(lab04::unreached_parameters(loss_of(net, in, true), acc), std::vector<size_t>{});
+  EXPECT_EQ(lab04::unreached_parameters(loss_of(net, in, false), acc), (std::vector<size_t>{5, 6}));
+  // Only the side branch: everything but side.weight and side.bias is unreached.
+  const torch::Tensor side_only = net->side->forward(in.x).sum();
+  EXPECT_EQ(lab04::unreached_parameters(side_only, acc), (std::vector<size_t>{0, 1, 2, 3, 4}));
+  // A tensor no gradient flows to reaches nothing.
+  EXPECT_EQ(lab04::unreached_parameters(torch::ones({2}), acc).size(), kParams);
+}
+
+TEST(Lab04Unused, TheWalkVisitsSharedNodesOnce) {
+  // 40 layers of y = y + y: 2^40 paths but 41 nodes. A walk without a visited set never ends.
+  Net net = make_net();
+  torch::Tensor y = net->side->forward(input(0, 0).x).sum();
+  for (int k = 0; k < 40; ++k) y = y + y;
+  EXPECT_EQ(lab04::unreached_parameters(y, accumulators(net)), (std::vector<size_t>{0, 1, 2, 3, 4}));
+}
+
+class Lab04UnusedRanks : public ::testing::TestWithParam<int> {};
+
+TEST_P(Lab04UnusedRanks, FindUnusedMatchesTheOracleWhenRanksSkipDifferentParameters) {
+  // Rank r skips the side branch at steps s with (s + r) % 2 == 0; at one rank every other step.
+  run_ranks(GetParam(), [](ProcessGroup& pg) {
+    Net net = make_net();
+    auto oracle = ddplab::dist::make_grad_sync(ddplab::dist::SyncStrategy::kPerParam, pg, net->parameters());
+    for (const BucketCaps caps : {BucketCaps{}, kSmall}) {
+      lab04::OverlapSync sync(pg, net->parameters(), layout(net, caps), /*find_unused=*/true);
+      EXPECT_TRUE(sync.finds_unused());
+      for (int step = 0; step < 4; ++step) {
+        const bool use_side = (step + pg.rank()) % 2 != 0;
+        SCOPED_TRACE(::testing::Message()
+                     << "rank " << pg.rank() << ", step " << step << ", side " << (use_side ? "used" : "skipped"));
+        const Input in = input(pg.rank(), step);
+        const auto want = synced(*oracle, net, in, use_side);
+        const auto got = synced(sync, net, in, use_side);
+        EXPECT_EQ(compare(got, want, 1e-6), "");
+        EXPECT_EQ(sync.last_unused(), use_side ? std::vector<size_t>{} : (std::vector<size_t>{5, 6}));
+        EXPECT_EQ(sync.last_step().collectives, static_cast<int64_t>(sync.buckets().size()));
+      }
+    }
+  });
+}
+
+TEST_P(Lab04UnusedRanks, WithoutFindUnusedTheRankThatSkippedNamesTheBucket) {
+  // Rank 0 skips the side branch; the others wait for its bucket and fail on the timeout (or as
+  // soon as rank 0's group goes away): an error, not a hang.
+  const int world = GetParam();
+  std::atomic<int> named{0}, failed{0};
+  run_ranks(
+      world,
+      [&](ProcessGroup& pg) {
+        Net net = make_net();
+        lab04::OverlapSync sync(pg, net->parameters(), layout(net, kSmall));
+        // Rank 0 issues no collective before it fails: without this, it could leave before a peer
+        // has finished connecting, and the peer would fail in its group's constructor instead.
+        pg.barrier();
+        try {
+          synced(sync, net, input(pg.rank(), 0), pg.rank() != 0);
+        } catch (const std::exception& e) {
+          ++failed;
+          const std::string what = e.what();
+          if (pg.rank() == 0) {
+            EXPECT_NE(what.find("was never launched"), std::string::npos) << what;
+            EXPECT_NE(what.find("04.3"), std::string::npos) << what;
+            ++named;
+          }
+          return;
+        }
+        ADD_FAILURE() << "rank " << pg.rank() << " finished a step whose bucket was never launched on rank 0";
+      },
+      std::chrono::seconds(3));
+  EXPECT_EQ(named.load(), 1);
+  EXPECT_EQ(failed.load(), world);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Lab04UnusedRanks, ::testing::Values(2, 3));
+
+}  // namespace
