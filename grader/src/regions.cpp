@@ -60,8 +60,9 @@ MarkedFile parse_marked(const std::string& path, const std::string& text) {
                                 open->begin_line));
       }
       current = Region{m[1], m[2], n, 0, ""};
-      if (!ids.insert(current.id).second) {
-        throw Error(fmt::format("{}:{}: region {} appears twice", path, n, current.id));
+      // An exercise may span several functions (one region each), but each region has its own title.
+      if (!ids.insert(current.id + ": " + current.title).second) {
+        throw Error(fmt::format("{}:{}: region {} appears twice ({})", path, n, current.id, current.title));
       }
       open = &current;
       f.outside.push_back(line);
@@ -141,8 +142,8 @@ KitProblems check_lab(const std::string& root, const std::string& lab) {
       continue;
     }
     std::vector<std::string> skel_ids, sol_ids;
-    for (const auto& r : skel.regions) skel_ids.push_back(r.id);
-    for (const auto& r : sol.regions) sol_ids.push_back(r.id);
+    for (const auto& r : skel.regions) skel_ids.push_back(r.id + ": " + r.title);
+    for (const auto& r : sol.regions) sol_ids.push_back(r.id + ": " + r.title);
     if (skel_ids != sol_ids) {
       p.items.push_back(fmt::format("{}: regions [{}] differ from the solution's [{}]", skel_path,
                                     fmt::join(skel_ids, ", "), fmt::join(sol_ids, ", ")));

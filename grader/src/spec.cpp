@@ -214,6 +214,7 @@ void derive_lab(LabSpec& s, const fs::path& root, const std::string& folder) {
     }
   }
   std::sort(s.exercises.begin(), s.exercises.end(), exercise_less);
+  s.exercises.erase(std::unique(s.exercises.begin(), s.exercises.end()), s.exercises.end());  // one per id
 }
 
 /// The lab folder of a spec at <root>/labs/<folder>/grade.toml, with the kit's root; none for a

@@ -28,6 +28,16 @@ TEST(Regions, ParsesIdTitleLinesAndBody) {
   EXPECT_EQ(f.outside.size(), 4u);  // body removed, markers kept
 }
 
+TEST(Regions, AnExerciseMaySpanSeveralRegionsWithTheirOwnTitles) {
+  // Lab 04's 04.2 is a constructor, a hook and a wait: one region in each function.
+  const auto f = parse_marked("b.cpp",
+                              "// BEGIN STUDENT CODE (04.2: the hook)\n// END STUDENT CODE\n"
+                              "// BEGIN STUDENT CODE (04.2: the wait)\nx\n// END STUDENT CODE\n");
+  ASSERT_EQ(f.regions.size(), 2u);
+  EXPECT_EQ(f.regions[0].id, "04.2");
+  EXPECT_EQ(f.regions[1].title, "the wait");
+}
+
 void expect_error(const std::string& text, const std::string& what) {
   try {
     parse_marked("x.cpp", text);

@@ -187,6 +187,11 @@ void OverlapSync::arm() {
 
 void OverlapSync::on_ready(size_t i) {
   std::lock_guard<std::mutex> lock(mu_);
+  DDPLAB_CHECK(!armed_ || params_[i].grad().defined(),
+               fmt::format("parameter {} has no gradient when its ready hook runs: the hook runs before the "
+                           "gradient's accumulation into .grad() (a tensor hook?); use a post hook on its gradient "
+                           "accumulator (04.2)",
+                           i));
   // BEGIN STUDENT CODE (04.2: pack a ready gradient, launch the complete buckets in order)
   if (!armed_) return;
   DDPLAB_CHECK(!ready_[i], fmt::format("parameter {} received a gradient twice in one synced step", i));

@@ -79,15 +79,28 @@ std::string stall_line(const std::string& log) {
   return "";
 }
 
-std::string failure_cause(const RunOutcome& run) {
+namespace {
+
+/// The first rank's own error message ("rank 1: ..."), preferring one that is not a collective
+/// timeout (a peer's timeout is the consequence, a rank's own error the cause); "" if none.
+std::string rank_error(const RunOutcome& run, bool allow_timeout) {
   for (size_t k = 0; k < run.rank.size(); ++k) {
     const auto& rep = run.rank[k].report;
     if (rep && rep->is_object() && rep->value("status", "") == "error") {
       const std::string message = first_line(rep->value("message", "error")), own = fmt::format("rank {}: ", k);
+      if (!allow_timeout && message.find("did not complete within") != std::string::npos) continue;
       return message.rfind(own, 0) == 0 ? message : own + message;  // not "rank 1: rank 1: ..."
     }
   }
-  return run.summary;
+  return "";
+}
+
+}  // namespace
+
+std::string failure_cause(const RunOutcome& run) {
+  std::string cause = rank_error(run, false);
+  if (cause.empty()) cause = rank_error(run, true);
+  return cause.empty() ? run.summary : cause;
 }
 
 std::string failure_diagnosis(const RunOutcome& run, const GradeContext& ctx) {
@@ -163,9 +176,16 @@ bool runs_usable(const CheckSpec& c, GradeContext& ctx, CheckResult& r, bool nee
         return false;
       }
     } else if (run.exit_code != 0) {
-      const std::string diagnosis = failure_diagnosis(run, ctx);
+      std::string diagnosis = failure_diagnosis(run, ctx);
       const bool stalled = diagnosis.rfind("a collective timed out", 0) == 0;
-      fail(r, fmt::format("run '{}' failed: {}", name, stalled ? "a collective timed out" : failure_cause(run)),
+      const std::string own = rank_error(run, false);  // a rank that failed on its own, not by timing out
+      if (stalled && !own.empty()) {
+        diagnosis = "a rank stopped with the error above, and its peers then timed out waiting for it: " +
+                    stall_line(run.log_tail);
+      }
+      fail(r,
+           fmt::format("run '{}' failed: {}", name,
+                       stalled && own.empty() ? "a collective timed out" : failure_cause(run)),
            diagnosis, run.log_tail);
       return false;
     }

@@ -42,6 +42,23 @@ TEST_F(RunOkCheck, AnotherStatusACrashOrAHangFails) {
   EXPECT_TRUE(has(grade("ok"), Status::kFailed, "a collective did not complete: rank 0 allreduce #1"));
 }
 
+TEST_F(RunOkCheck, ARanksOwnErrorIsTheCauseOfItsPeersTimeout) {
+  // Rank 1 stops on its own error; rank 0 then times out in the collective rank 1 never joined.
+  // The observed cause is rank 1's error, and the stall is named as its consequence.
+  auto timed_out = good_report();
+  timed_out["status"] = "error";
+  timed_out["message"] = "rank 0: allreduce #17 (1291768 bytes) did not complete within 20000 ms";
+  auto own = good_report();
+  own["status"] = "error";
+  own["message"] = "rank 1, step 0: allreduce 0 of the step carries 12070848 bytes, but bucket 0 has 1291768";
+  auto& run = add_run("r", {timed_out, own});
+  run.exit_code = 1;
+  run.log_tail = "[rank 0] error: rank 0: allreduce #17 (1291768 bytes) did not complete within 20000 ms. Backend: x\n";
+  const auto r = grade("ok");
+  EXPECT_TRUE(has(r, Status::kFailed, "a rank stopped with the error above, and its peers then timed out"));
+  EXPECT_NE(r.observed.find("rank 1, step 0: allreduce 0 of the step carries"), std::string::npos) << r.observed;
+}
+
 TEST_F(RunOkCheck, AMissingReportIsAFailedCheck) {
   auto& run = add_run("r", {good_report(), good_report()});
   run.rank[1].report.reset();

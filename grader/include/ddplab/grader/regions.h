@@ -26,7 +26,8 @@ struct MarkedFile {
 };
 
 /// Parses `text` (named `path` in errors). Throws ddplab::Error "path:line: ..." for a malformed
-/// BEGIN marker, a nested BEGIN, an END without BEGIN or a region left open, and a duplicate id.
+/// BEGIN marker, a nested BEGIN, an END without BEGIN or a region left open, and a region whose id
+/// and title both repeat another's (an exercise may have several regions, each with its own title).
 MarkedFile parse_marked(const std::string& path, const std::string& text);
 MarkedFile parse_marked_file(const std::string& path);
 
