@@ -21,8 +21,25 @@ if(LAB_TREE STREQUAL "solutions")
   ddplab_lab_run(overlap_4 RANKS 4 ARGS ${args} --batch 128 --sync student-overlap --bucket-cap-mb 1
                  EQ status=ok sync.buckets.2.bytes=10713216 sync.steps.collectives.min=3 sync.params_identical=ON)
   ddplab_lab_parity(match_single SINGLE single_512 RANKS per_param_2 bucketed_2 overlap_2 overlap_4 TOL 1e-4)
+  # The overlapped rung under the other launchers (the rank from OMPI_COMM_WORLD_* or torchrun's
+  # variables; mpirun gets the rendezvous with -x).
+  set(overlap_runs overlap_2)
+  find_program(DDPLAB_MPIRUN mpirun)
+  if(DDPLAB_MPIRUN)
+    ddplab_lab_run(overlap_mpirun_2 RANKS 2 ARGS ${args} --batch 256 --sync student-overlap
+                   LAUNCHER ${DDPLAB_MPIRUN};--allow-run-as-root;--oversubscribe;-np;2;-x;MASTER_ADDR=127.0.0.1;-x;MASTER_PORT=29541
+                   EQ status=ok config.launcher=openmpi sync.steps.order_in_layout=ON)
+    list(APPEND overlap_runs overlap_mpirun_2)
+  endif()
+  find_program(DDPLAB_TORCHRUN torchrun)
+  if(DDPLAB_TORCHRUN)
+    ddplab_lab_run(overlap_torchrun_2 RANKS 2 ARGS ${args} --batch 256 --sync student-overlap
+                   LAUNCHER ${DDPLAB_TORCHRUN};--standalone;--nproc_per_node;2;--no_python;--redirects;1;--tee;1
+                   EQ status=ok config.launcher=torchrun sync.steps.order_in_layout=ON)
+    list(APPEND overlap_runs overlap_torchrun_2)
+  endif()
   # At 2 ranks a sum over ranks rounds once however the gradients are packed: the same bits.
-  ddplab_lab_same_params(ORACLE per_param_2 RUNS bucketed_2 overlap_2)
+  ddplab_lab_same_params(ORACLE per_param_2 RUNS bucketed_2 ${overlap_runs})
 
   # 04.3: a branch rank r skips at the steps s with (s + r) % 2 == 0. Marked unused, it trains like
   # the oracle; unhandled, the rank that skipped names the bucket and the job stops (no hang).
