@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "ddplab/error.h"
@@ -13,6 +14,10 @@ double exact_auc(const std::vector<float>& scores, const std::vector<float>& lab
   DDPLAB_CHECK(scores.size() == labels.size(), "exact_auc: " + std::to_string(scores.size()) + " scores but " +
                                                    std::to_string(labels.size()) + " labels");
   const size_t n = scores.size();
+  // A diverged model scores NaN: no ranking exists (and NaN != NaN would stall the tie loop below).
+  for (float v : scores) {
+    if (std::isnan(v)) return std::numeric_limits<double>::quiet_NaN();
+  }
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] < scores[b]; });

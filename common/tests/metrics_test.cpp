@@ -47,6 +47,13 @@ TEST(ExactAuc, MatchesBruteForceWithManyTies) {
   }
 }
 
+TEST(ExactAuc, IsNaNForADivergedModel) {
+  // A model whose weights went NaN scores NaN; NaN != NaN must not stall the tie grouping.
+  const float nan = std::nanf("");
+  EXPECT_TRUE(std::isnan(ddplab::metrics::exact_auc({nan, nan, nan}, {0, 1, 0})));
+  EXPECT_TRUE(std::isnan(ddplab::metrics::exact_auc({0.1f, nan, 0.9f}, {0, 1, 1})));
+}
+
 TEST(ExactAuc, RejectsOneClassAndSizeMismatch) {
   EXPECT_THROW(ddplab::metrics::exact_auc({0.1f, 0.2f}, {1, 1}), ddplab::Error);
   EXPECT_THROW(ddplab::metrics::exact_auc({0.1f}, {1, 0}), ddplab::Error);

@@ -10,6 +10,7 @@ namespace ddplab::metrics {
 /// Exact ROC AUC of scores against 0/1 labels: the probability that a random positive scores
 /// above a random negative, ties counted as one half. O(n log n). Throws ddplab::Error when the
 /// sizes differ or either class is absent.
+/// NaN when any score is NaN (a diverged model): there is no ranking to measure.
 double exact_auc(const std::vector<float>& scores, const std::vector<float>& labels);
 
 /// Mean binary cross-entropy of probabilities against 0/1 labels, probabilities clamped to
