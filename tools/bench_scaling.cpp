@@ -29,6 +29,7 @@
 #include "ddplab/dist/grad_sync.h"
 #include "ddplab/dist/process_group.h"
 #include "ddplab/error.h"
+#include "ddplab/grader/svg.h"
 #include "ddplab/launch.h"
 #include "ddplab/report.h"
 #include "ddplab/system.h"
@@ -115,6 +116,7 @@ struct ScalingOptions {
   double target = 0.9;
   double timeout = 600;
   std::string json;
+  std::string html;
   bool keep = false;
 };
 
@@ -167,6 +169,44 @@ struct Row {
   bool identical = true;  ///< parameters equal on every rank at the end
   double efficiency() const { return capacity > 0 ? ddp / capacity : 0; }
 };
+
+/// The chart the grader's report draws for a scaling check, with this benchmark's figures: a
+/// self-contained page (inline SVG, no script), docs/concepts/metrics.md's definitions.
+std::string scaling_page(const ScalingOptions& o, const std::vector<Row>& rows, const Row& judged, bool ok) {
+  grader::svg::ScalingData d;
+  d.title = fmt::format("bench scaling: DeepFM, batch {} per rank, sync {}", o.batch, o.sync);
+  d.capacity_name = "capacity: n independent trainers (measured)";
+  d.required_name = fmt::format("target: {} × capacity", grader::svg::number(o.target, 2));
+  for (const auto& r : rows) {
+    d.ranks.push_back(r.n);
+    d.unique.push_back(r.ddp);
+    d.capacity.push_back(r.capacity);
+    d.required.push_back(o.target * r.capacity);
+  }
+  std::vector<std::vector<std::string>> more;
+  for (const auto& r : rows) {
+    more.push_back({std::to_string(r.n), grader::svg::number(r.step_ms, 2),
+                    grader::svg::number(100 * r.comm_fraction, 1), grader::svg::number(r.collectives, 1),
+                    grader::svg::number(r.bytes / 1e6, 2), r.identical ? "yes" : "NO"});
+  }
+  const std::string verdict = judged.n == 1 ? "no world size above 1 measured: nothing to judge — FAILED"
+                                            : fmt::format("{}-rank efficiency {:.3f}, target ≥ {:.2f}: {}", judged.n,
+                                                          judged.efficiency(), o.target, ok ? "OK" : "FAILED");
+  return fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{0}</title>\n<style>\n"
+      "body{{font-family:system-ui,sans-serif;margin:2em;max-width:60em}}table{{border-collapse:collapse}}\n"
+      "td,th{{border-bottom:1px solid #ddd;padding:.3em .6em;text-align:left}}\n{1}</style></head><body>\n"
+      "<h1>{0}</h1>\n<p>{2} thread(s) per rank, {3} timed steps after {4} warm-up. Capacity: the summed samples/s of n "
+      "independent trainers started together (this machine's n-process compute); efficiency: data-parallel unique "
+      "samples/s / capacity.</p>\n<p><b>{5}</b></p>\n{6}{7}</body></html>\n",
+      grader::svg::escape(d.title), grader::svg::figure_css(), o.threads, o.steps, o.warmup,
+      grader::svg::escape(verdict),
+      grader::svg::figure(grader::svg::line_chart(grader::svg::scaling_chart(d)), grader::svg::scaling_table(d)),
+      grader::svg::data_table("Per world size",
+                              {"ranks", "step (ms)", "exposed comm (%)", "collectives/step", "MB/step",
+                               "parameters identical"},
+                              more));
+}
 
 int run_scaling(ScalingOptions o) {
   if (o.ranks.empty()) {
@@ -250,6 +290,7 @@ int run_scaling(ScalingOptions o) {
     }
     write_file_atomic(o.json, j.dump(2) + "\n");
   }
+  if (!o.html.empty()) write_file_atomic(o.html, scaling_page(o, rows, *judged, ok));
   return ok ? 0 : 1;
 }
 
@@ -268,6 +309,8 @@ void setup_bench_scaling(CLI::App& bench) {
   sub->add_option("--target", o->target, "Required efficiency at 2 ranks")->capture_default_str();
   sub->add_option("--timeout", o->timeout, "Seconds before a job is stopped")->capture_default_str();
   sub->add_option("--json", o->json, "Also write the figures to this JSON file");
+  sub->add_option("--html", o->html,
+                  "Also write the scaling chart (inline SVG, as in the grader's report) to this file");
   sub->add_flag("--keep", o->keep, "Keep the workers' reports in the temporary folder");
   sub->callback([o] { exit_status() = run_scaling(*o); });
 

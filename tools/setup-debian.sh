@@ -16,6 +16,7 @@ PACKAGES=(
   openmpi-bin             # mpirun, to show that labs run under other launchers
   unzip zip               # the grader unpacks zipped submissions; its self-tests zip one
   python3-torch           # torchrun (PyTorch 1.13), the third launcher the labs are tested under
+  chromium                # headless, renders the grader's report.html in a test (report_render_tests)
 )
 ARCH_DIR=/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
 OPENBLAS_BLAS=$ARCH_DIR/openblas-openmp/libblas.so.3

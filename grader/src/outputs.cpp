@@ -1,10 +1,17 @@
 // The grader's outputs from one set of results: Gradescope's results.json, JUnit XML, an HTML
 // report and the terminal summary. Formats: references.md (Gradescope), docs/instructor-guide.md.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <optional>
+#include <regex>
 
 #include <fmt/format.h>
 
 #include "ddplab/grader/grade.h"
+#include "ddplab/grader/svg.h"
 #include "ddplab/report.h"
 
 namespace fs = std::filesystem;
@@ -20,30 +27,219 @@ std::string check_text(const CheckResult& c) {
   return s;
 }
 
-std::string xml_escape(const std::string& in) {
-  std::string out;
-  out.reserve(in.size());
-  for (unsigned char ch : in) {
-    switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        // XML 1.0 forbids most control characters, which a crashing program may print.
-        if (ch < 0x20 && ch != '\n' && ch != '\t' && ch != '\r') {
-          out += '?';
-        } else {
-          out += static_cast<char>(ch);
-        }
-    }
-  }
-  return out;
-}
+std::string xml_escape(const std::string& in) { return svg::escape(in); }
 
 std::string points(double v) {
   return v == static_cast<int64_t>(v) ? fmt::format("{}", static_cast<int64_t>(v)) : fmt::format("{:.1f}", v);
+}
+
+// ---- the report's charts, from the run reports the harness keeps in <lab>/runs/<run>/ ----
+
+/// One run of a graded lab as the harness left it on disk.
+struct RunOnDisk {
+  std::string name;
+  int ranks = 0;
+  std::vector<std::optional<json>> reports;  ///< by rank; nullopt: missing or unreadable
+};
+
+std::optional<json> read_report(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  try {
+    json j = json::parse(in);
+    if (!j.is_object() || j.value("schema", "") != "ddplab.run-report") return std::nullopt;
+    return j;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+/// The runs in <lab.out_dir>/runs (docs/instructor-guide.md, "Outputs"), by world size, then name.
+/// A run folder last written before `since` was left by an earlier grading into the same folder
+/// (grade_lab replaces the folders of the runs it makes, and only those): it is not this grading's.
+std::vector<RunOnDisk> runs_of(const LabResult& lab, fs::file_time_type since) {
+  std::vector<RunOnDisk> runs;
+  const fs::path root = fs::path(lab.out_dir) / "runs";
+  std::error_code ec;
+  if (lab.out_dir.empty() || !fs::is_directory(root, ec)) return runs;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (!entry.is_directory(ec)) continue;
+    const auto written = fs::last_write_time(entry.path(), ec);
+    if (ec || written < since) continue;
+    RunOnDisk r;
+    r.name = entry.path().filename().string();
+    static const std::regex kRankFile(R"(rank([0-9]{1,3})\.json)");
+    for (const auto& f : fs::directory_iterator(entry.path(), ec)) {
+      std::smatch m;
+      const std::string file = f.path().filename().string();
+      if (std::regex_match(file, m, kRankFile)) r.ranks = std::max(r.ranks, std::stoi(m[1]) + 1);
+    }
+    r.reports.resize(static_cast<size_t>(r.ranks));
+    for (int k = 0; k < r.ranks; ++k) {
+      r.reports[static_cast<size_t>(k)] = read_report(entry.path() / fmt::format("rank{}.json", k));
+    }
+    for (const auto& rep : r.reports) {
+      if (!rep) continue;
+      const auto world = rep->find("world_size");
+      if (world != rep->end() && world->is_number_integer()) r.ranks = std::max(r.ranks, world->get<int>());
+    }
+    r.ranks = std::min(r.ranks, 1024);
+    r.reports.resize(static_cast<size_t>(r.ranks));  // ranks that wrote no report stay nullopt
+    if (r.ranks > 0) runs.push_back(std::move(r));
+  }
+  std::sort(runs.begin(), runs.end(), [](const RunOnDisk& a, const RunOnDisk& b) {
+    return a.ranks != b.ranks ? a.ranks < b.ranks : a.name < b.name;
+  });
+  return runs;
+}
+
+/// The losses in a report's steps.loss (JSON null, as a NaN is written, and non-numbers: NaN).
+std::vector<double> losses_of(const json& report) {
+  std::vector<double> out;
+  const auto steps = report.find("steps");
+  if (steps == report.end() || !steps->is_object()) return out;
+  const auto loss = steps->find("loss");
+  if (loss == steps->end() || !loss->is_array()) return out;
+  for (const auto& v : *loss) out.push_back(v.is_number() ? v.get<double>() : NAN);
+  return out;
+}
+
+std::string run_label(const RunOnDisk& r) {
+  return fmt::format("{} ({} rank{})", r.name, r.ranks, r.ranks == 1 ? "" : "s");
+}
+
+/// Rank 0's loss at every step of every run; long runs are drawn as means of k steps (a step with
+/// a non-finite loss makes its group a gap, so it still shows).
+constexpr size_t kMaxLinePoints = 400;
+
+std::string loss_figure(const std::vector<RunOnDisk>& runs) {
+  svg::LineChart c;
+  c.title = "Training loss per step (rank 0 of each run)";
+  c.x = {"step", "", 0.0, std::nullopt, true};
+  c.y = {"loss", "binary cross-entropy, nats", std::nullopt, std::nullopt, false};
+  std::vector<std::vector<std::string>> rows;
+  size_t drawn = 0;
+  for (const auto& r : runs) {
+    const auto loss = r.reports[0] ? losses_of(*r.reports[0]) : std::vector<double>{};
+    svg::Series s;
+    s.name = run_label(r);
+    const size_t k = (loss.size() + kMaxLinePoints - 1) / kMaxLinePoints;
+    if (k > 1) s.name += fmt::format(", mean of every {} steps", k);
+    for (size_t i = 0; i < loss.size(); i += std::max<size_t>(k, 1)) {
+      double sum = 0;
+      size_t n = 0;
+      bool finite = true;
+      for (size_t j = i; j < std::min(loss.size(), i + std::max<size_t>(k, 1)); ++j, ++n) {
+        finite = finite && std::isfinite(loss[j]);
+        sum += loss[j];
+      }
+      s.x.push_back(static_cast<double>(i) + static_cast<double>(n - 1) / 2);
+      s.y.push_back(finite ? sum / static_cast<double>(n) : NAN);
+    }
+    size_t bad = 0;
+    double lo = INFINITY;
+    std::optional<size_t> first_bad;
+    for (size_t i = 0; i < loss.size(); ++i) {
+      if (std::isfinite(loss[i])) {
+        lo = std::min(lo, loss[i]);
+      } else {
+        ++bad;
+        if (!first_bad) first_bad = i;
+      }
+    }
+    drawn += loss.size() - bad;
+    rows.push_back({r.name, std::to_string(r.ranks), std::to_string(loss.size()),
+                    loss.empty() ? "" : svg::number(loss.front(), 4), loss.empty() ? "" : svg::number(loss.back(), 4),
+                    std::isfinite(lo) ? svg::number(lo, 4) : "",
+                    bad == 0 ? "0" : fmt::format("{} (first at step {})", bad, *first_bad)});
+    c.series.push_back(std::move(s));
+  }
+  if (drawn == 0) return "";  // no run got to a step: nothing to draw
+  c.desc = fmt::format("Loss of rank 0 at every step, one line per run ({} runs).", runs.size());
+  return svg::figure(svg::line_chart(c),
+                     svg::data_table("Loss per run (rank 0)",
+                                     {"run", "ranks", "steps", "first", "last", "lowest", "non-finite"}, rows));
+}
+
+/// Each rank's mean time per step in each phase (metrics.md, "Phase times").
+std::string phases_figure(const std::vector<RunOnDisk>& runs) {
+  static const std::vector<std::pair<const char*, const char*>> kPhases = {{"data_wait", "data wait"},
+                                                                           {"forward", "forward"},
+                                                                           {"backward", "backward"},
+                                                                           {"comm", "exposed comm"},
+                                                                           {"optimizer", "optimizer"}};
+  svg::BarChart c;
+  c.title = "Time per step by phase, each rank (mean over its steps)";
+  c.value = {"time per step", "ms", std::nullopt, std::nullopt, false};
+  for (const auto& p : kPhases) c.segments.push_back(p.second);
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : runs) {
+    for (int k = 0; k < r.ranks; ++k) {
+      const auto& rep = r.reports[static_cast<size_t>(k)];
+      const json phases = rep ? rep->value("phases", json::object()) : json::object();
+      const double steps =
+          phases.is_object() && phases.value("steps", json()).is_number() ? phases.at("steps").get<double>() : 0;
+      std::vector<std::string> row = {r.name, std::to_string(k), svg::number(steps, 0)};
+      if (steps <= 0) {
+        row.push_back(rep ? "no steps" : "no report");
+        rows.push_back(std::move(row));
+        continue;
+      }
+      svg::BarChart::Bar bar{fmt::format("{} · rank {}", r.name, k), {}};
+      double total = 0;
+      for (const auto& p : kPhases) {
+        const auto v = phases.find(p.first);
+        const double ms = v != phases.end() && v->is_number() ? v->get<double>() / steps * 1e3 : NAN;
+        bar.values.push_back(ms);
+        row.push_back(svg::number(ms, 2));
+        if (std::isfinite(ms)) total += ms;
+      }
+      row.push_back(svg::number(total, 2));
+      rows.push_back(std::move(row));
+      c.bars.push_back(std::move(bar));
+    }
+  }
+  if (c.bars.empty()) return "";
+  c.desc =
+      "Stacked bars, one per rank of each run: data wait, forward, backward, exposed communication and "
+      "optimizer, in milliseconds per step.";
+  std::vector<std::string> header = {"run", "rank", "steps"};
+  for (const auto& p : kPhases) header.push_back(std::string(p.second) + " (ms)");
+  header.push_back("total (ms)");
+  return svg::figure(svg::stacked_bars(c), svg::data_table("Milliseconds per step", header, rows));
+}
+
+/// A scaling check's chart, from the figures its observation states (checks/scaling.cpp words
+/// them; report_plots_test pins the wording against the check itself).
+std::string scaling_figure(const CheckResult& check) {
+  static const std::regex kObserved(
+      R"(unique samples/s: ([0-9.]+) on 1 rank, ([0-9.]+) on ([0-9]+) ranks -> efficiency [0-9.]+; )"
+      R"(reference ([0-9.]+) from .*; required >= ([0-9.]+)% of it)");
+  std::smatch m;
+  if (!std::regex_search(check.observed, m, kObserved)) return "";
+  const double r1 = std::stod(m[1]), rn = std::stod(m[2]), ref = std::stod(m[4]), share = std::stod(m[5]) / 100;
+  const int n = std::stoi(m[3]);
+  svg::ScalingData d;
+  d.title = "Scaling: " + check.name;
+  d.ranks = {1, n};
+  d.unique = {r1, rn};
+  d.capacity = {r1, n * r1};
+  d.capacity_name = "capacity the check assumes: n × the 1-rank run's rate";
+  d.required = {r1, share * ref * n * r1};
+  d.required_name = fmt::format("needed to pass: {}% of the reference's efficiency {}", svg::number(100 * share, 0),
+                                svg::number(ref, 3));
+  return svg::figure(svg::line_chart(svg::scaling_chart(d)), svg::scaling_table(d));
+}
+
+/// The charts of one lab ("" when it has nothing to draw: unit tests only, a build error).
+std::string lab_charts(const LabResult& lab, fs::file_time_type since) {
+  std::string h;
+  const auto runs = runs_of(lab, since);
+  if (!runs.empty()) h += loss_figure(runs) + phases_figure(runs);
+  for (const auto& c : lab.checks) {
+    if (c.kind == "scaling" && (c.status == Status::kPassed || c.status == Status::kFailed)) h += scaling_figure(c);
+  }
+  return h.empty() ? "" : "<h3>Runs</h3>\n" + h;
 }
 
 }  // namespace
@@ -120,10 +316,12 @@ std::string html_report(const std::vector<LabResult>& labs) {
       "body{font-family:system-ui,sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;width:100%}\n"
       "td,th{border-bottom:1px solid #ddd;padding:.35em .6em;text-align:left;vertical-align:top}\n"
       ".passed{color:#17692b}.failed{color:#b3261e}.na{color:#8a5a00}.error{color:#6b1aa6}\n"
-      "pre{background:#f6f6f6;padding:.6em;overflow-x:auto;white-space:pre-wrap}summary{cursor:pointer}\n"
-      "</style></head><body>\n<h1>ddplab grade</h1>\n";
-  double total = 0, max = 0;
-  for (const auto& lab : labs) total += lab.score, max += lab.max_score;
+      "pre{background:#f6f6f6;padding:.6em;overflow-x:auto;white-space:pre-wrap}summary{cursor:pointer}\n" +
+      std::string(svg::figure_css()) + "</style></head><body>\n<h1>ddplab grade</h1>\n";
+  double total = 0, max = 0, seconds = 0;
+  for (const auto& lab : labs) total += lab.score, max += lab.max_score, seconds += lab.seconds;
+  // Runs older than this grading (its labs' seconds, with a margin) are an earlier grading's.
+  const auto since = fs::file_time_type::clock::now() - std::chrono::seconds(static_cast<int64_t>(seconds) + 120);
   h += fmt::format("<p><b>Total: {} / {}</b></p>\n", points(total), points(max));
   for (const auto& lab : labs) {
     h += fmt::format("<h2>{} — {} / {}</h2>\n", xml_escape(lab.title), points(lab.score), points(lab.max_score));
@@ -148,7 +346,7 @@ std::string html_report(const std::vector<LabResult>& labs) {
       }
       h += "</td></tr>\n";
     }
-    h += "</table>\n";
+    h += "</table>\n" + lab_charts(lab, since);
   }
   h += "</body></html>\n";
   return h;
