@@ -23,7 +23,7 @@ namespace {
 struct GradeCli {
   std::vector<std::string> labs;
   bool all = false;
-  std::string submission, batch, tree, out = "grade-results", data, kit, build, calibration;
+  std::string submission, batch, tree, out = "grade-results", data, kit, build, calibration, sandbox = "auto";
   std::vector<std::string> checks;
   double run_timeout = 0, test_timeout = 0;
   bool no_build = false, calibrate = false, no_color = false, quiet = false;
@@ -44,6 +44,7 @@ int run_grade(const GradeCli& o) {
   go.test_timeout_s = o.test_timeout;
   go.color = !o.no_color && ::isatty(STDOUT_FILENO);
   go.quiet = o.quiet;
+  go.sandbox = o.sandbox;
   go.calibration = o.calibration.empty() ? grader::default_calibration_path(go.build_dir) : o.calibration;
   if (!o.submission.empty() && !o.batch.empty()) throw ConfigError("--submission and --batch: give one of them");
   if (go.tree != "labs" && go.tree != "solutions") {
@@ -99,6 +100,11 @@ void setup_grade(CLI::App& app) {
   sub->add_option("--test-timeout", o->test_timeout, "Override the specs' unit-test timeout (seconds)");
   sub->add_flag("--calibrate", o->calibrate, "Measure the reference solutions on this machine and store their figures");
   sub->add_flag("--no-build", o->no_build, "Grade the binaries as they are");
+  sub->add_option("--sandbox", o->sandbox,
+                  "How student programs run: auto (bubblewrap if it works here, else unconfined with a warning), "
+                  "bwrap (required), none")
+      ->check(CLI::IsMember({"auto", "bwrap", "none"}))
+      ->capture_default_str();
   sub->add_flag("--no-color", o->no_color, "No ANSI colours");
   sub->add_flag("--quiet", o->quiet, "No progress lines");
   sub->callback([o] { exit_status() = run_grade(*o); });

@@ -15,6 +15,7 @@ PACKAGES=(
   doxygen clang-format   # API reference; the style check (.clang-format)
   openmpi-bin             # mpirun, to show that labs run under other launchers
   unzip zip               # the grader unpacks zipped submissions; its self-tests zip one
+  bubblewrap              # bwrap: the grader's sandbox for student programs (--sandbox)
   python3-torch           # torchrun (PyTorch 1.13), the third launcher the labs are tested under
   chromium                # headless, renders the grader's report.html in a test (report_render_tests)
 )

@@ -17,6 +17,8 @@
 #include "ddplab/error.h"
 #include "ddplab/grader/checks.h"
 #include "ddplab/grader/grade.h"
+#include "ddplab/grader/rules.h"
+#include "ddplab/grader/sandbox.h"
 #include "ddplab/launch.h"
 #include "ddplab/report.h"
 #include "ddplab/system.h"
@@ -122,6 +124,7 @@ LabBinaries binaries_for(const nlohmann::json& targets, const LabSpec& spec, con
   b.tests = lab->at("tests").get<std::string>();
   b.reference = targets.at("ddp_train").get<std::string>();
   b.ddplab = targets.at("ddplab").get<std::string>();
+  b.student = lab->value("student", "");
   return b;
 }
 
@@ -204,6 +207,9 @@ RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) 
     if (output.size() < (4u << 20)) output += fmt::format("[rank {}] {}\n", rank, line);
   };
   spec.on_message = [&](const std::string& m) { output += "[launcher] " + m + "\n"; };
+  // The run folder is the only place the program may write (and, sandboxed, the only one it sees
+  // besides the system, its program and the data set).
+  if (ctx.sandbox) confine(*ctx.sandbox, spec, dir.string());
   const auto start = std::chrono::steady_clock::now();
   LaunchResult lr;
   try {
@@ -214,6 +220,8 @@ RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) 
     r.log_tail = e.what();
     return r;
   }
+  if (ctx.sandbox) restore_signals(*ctx.sandbox, lr);
+  fs::remove_all(dir / "tmp");
   r.seconds = seconds_since(start);
   r.exit_code = lr.exit_code;
   r.timed_out = lr.timed_out;
@@ -250,6 +258,62 @@ RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) 
   }
   if (r.ok()) fs::remove_all(dir / "logs");  // per-rank logs are kept for failed runs only
   return r;
+}
+
+/// Fails a check of an exercise that calls a function the spec forbids it, whatever it measured.
+void apply_forbidden(const std::vector<ForbiddenCall>& forbidden, CheckResult& r) {
+  std::vector<std::string> calls, symbols;
+  for (const auto& f : forbidden) {
+    if (f.exercise != r.exercise || r.exercise.empty()) continue;
+    if (std::find(calls.begin(), calls.end(), f.function) == calls.end()) calls.push_back(f.function);
+    symbols.push_back(fmt::format("{}: undefined symbol `{}`", f.file, f.symbol));
+  }
+  if (calls.empty()) return;
+  const std::string before =
+      fmt::format("Without this rule the check would be: [{}] {}", status_name(r.status), r.observed);
+  r.status = Status::kFailed;
+  r.score = 0;
+  r.observed =
+      fmt::format("exercise {} calls {}, which the lab does not allow it to call", r.exercise, fmt::join(calls, ", "));
+  r.diagnosis = fmt::format(
+      "exercise {} asks you to write what {} does: implement it with what the contract in the lab's header allows",
+      r.exercise, fmt::join(calls, ", "));
+  r.details = fmt::format("{}\n{}", fmt::join(symbols, "\n"), before);
+}
+
+/// The first path in `text` that names what a sandboxed program reached for and cannot see: in
+/// the kit's solutions/ or its build folder, or the calibration file — but not in the results
+/// (run folders), the data set or the submission slot (whose paths the program's own messages
+/// carry). "" if none.
+std::string hidden_path_in(const std::string& text, const GradeOptions& o, const LabBinaries& bin) {
+  const auto dir = [](const std::string& d) { return fs::absolute(d).lexically_normal().string() + "/"; };
+  std::vector<std::string> hidden = {dir(o.source_dir) + "solutions/", dir(o.build_dir)};
+  if (!o.calibration.empty()) hidden.push_back(fs::absolute(o.calibration).lexically_normal().string());
+  std::vector<std::string> visible = {dir(o.out_dir), dir(o.data_dir), dir(o.build_dir) + "submission/"};
+  for (const auto& b : {bin.program, bin.tests, bin.reference}) {
+    if (!b.empty()) visible.push_back(fs::absolute(b).lexically_normal().string());  // bound read-only
+  }
+  for (const auto& h : hidden) {
+    for (size_t at = text.find(h); at != std::string::npos; at = text.find(h, at + 1)) {
+      const size_t end = text.find_first_of(" \t\n\"'`),;", at);
+      const std::string path = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+      if (std::none_of(visible.begin(), visible.end(), [&](const std::string& v) { return path.rfind(v, 0) == 0; })) {
+        return path;
+      }
+    }
+  }
+  return "";
+}
+
+/// A failed check whose program reached for a file the sandbox hides says so first.
+void name_sandbox_cause(const Sandbox& sandbox, const GradeOptions& o, const LabBinaries& bin, CheckResult& r) {
+  if (!sandbox.enabled || r.status == Status::kPassed) return;
+  const std::string path = hidden_path_in(r.observed + "\n" + r.details, o, bin);
+  if (path.empty()) return;
+  r.diagnosis = fmt::format(
+      "the program reached for {}, which the grader's sandbox hides (graded programs see only the system, the data "
+      "set and their run folder: not the kit's source, solutions or build folder); {}",
+      path, r.diagnosis);
 }
 
 std::string now_text() {
@@ -422,15 +486,46 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
   result.lab = spec.id;
   result.title = spec.title;
   result.max_score = spec.max_score();
-  const fs::path out = fs::path(o.out_dir) / spec.id;
+  const fs::path out = fs::absolute(fs::path(o.out_dir) / spec.id);
   fs::create_directories(out);
   result.out_dir = out.string();
   auto say = [&](const std::string& m) {
     if (!o.quiet) fmt::print(stderr, "grade {}: {}\n", spec.id, m);
   };
+  // Every check fails for one reason found before anything runs (no build, a broken rule).
+  auto fail_all = [&](const std::string& observed, const std::string& diagnosis, const std::string& details) {
+    for (const auto& c : spec.checks) {
+      CheckResult r = result_of(c);
+      r.status = Status::kFailed;
+      r.observed = observed;
+      r.diagnosis = diagnosis;
+      r.details = details;
+      result.checks.push_back(r);
+    }
+    result.seconds = seconds_since(start);
+  };
+
+  // Decided first, so that --sandbox bwrap on a machine without it stops before any build.
+  const Sandbox sandbox = make_sandbox(parse_sandbox_mode(o.sandbox), {o.data_dir});
+  if (sandbox.enabled) {
+    say(sandbox.note);
+  } else if (o.sandbox != "none") {
+    fmt::print(stderr, "grade {}: {}\n", spec.id, sandbox.note);  // a warning, --quiet or not
+  }
 
   const auto targets = load_targets(o.build_dir);
   LabBinaries bin;
+  std::vector<ForbiddenCall> forbidden;
+  // The kit functions the spec forbids, among the compiled student library's undefined symbols.
+  auto find_forbidden = [&]() {
+    if (spec.forbidden.empty()) return;
+    if (bin.student.empty()) {
+      throw Error(
+          fmt::format("{}: the build's grader/targets.json names no student library of {} (reconfigure the build)",
+                      o.build_dir, spec.program));
+    }
+    forbidden = forbidden_calls(spec, undefined_symbols(bin.student));
+  };
   if (o.tree == "submission") {
     // One submission slot per build folder: lay the files over it, build, copy the binaries out.
     const fs::path slot = fs::path(o.build_dir) / "submission";
@@ -438,6 +533,17 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     FileLock lock(slot / ".lock");
     const auto notes = collect_submission(spec, o.source_dir, o.submission, (slot / spec.folder).string());
     for (const auto& n : notes) say(n);
+    // Only the code inside the STUDENT CODE regions is the student's: checked before building.
+    result.rule_errors = submission_region_edits(spec, (fs::path(o.source_dir) / "labs" / spec.folder).string(),
+                                                 (slot / spec.folder).string());
+    if (!result.rule_errors.empty()) {
+      for (const auto& e : result.rule_errors) say(e);
+      fail_all(result.rule_errors.front(),
+               "only the code between `// BEGIN STUDENT CODE` and `// END STUDENT CODE` may change: restore the "
+               "skeleton's text outside the regions (git diff labs/ shows your edits); nothing was built or run",
+               fmt::format("{}", fmt::join(result.rule_errors, "\n")));
+      return result;
+    }
     bin = binaries_for(targets, spec, "submission");
     say("building the submission");
     std::vector<std::string> wanted = {spec.program + "_submission"};
@@ -446,6 +552,7 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     if (!err.empty()) {
       result.build_error = err;
     } else {
+      find_forbidden();
       fs::create_directories(out / "bin");
       for (std::string* b : {&bin.program, &bin.tests}) {
         if (b == &bin.tests && !need_tests) continue;
@@ -462,25 +569,21 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
       const std::string err = build_targets(o, {spec.program + suffix, spec.program + "_tests" + suffix, "ddp_train"});
       if (!err.empty()) result.build_error = err;
     }
+    if (result.build_error.empty()) find_forbidden();
   }
 
   if (!result.build_error.empty()) {
-    for (const auto& c : spec.checks) {
-      CheckResult r = result_of(c);
-      r.status = Status::kFailed;
-      r.observed = "the submission does not compile";
-      r.diagnosis = "fix the compiler errors below (build your tree with ./kit build labs)";
-      r.details = result.build_error;
-      result.checks.push_back(r);
-    }
-    result.seconds = seconds_since(start);
+    fail_all("the submission does not compile", "fix the compiler errors below (build your tree with ./kit build labs)",
+             result.build_error);
     return result;
   }
+  for (const auto& f : forbidden)
+    say(fmt::format("{}: exercise {} calls {} ({})", f.file, f.exercise, f.function, f.symbol));
 
   const Calibration calibration =
       load_calibration(o.calibration.empty() ? default_calibration_path(o.build_dir) : o.calibration,
                        calibration_key(o.data_dir));
-  GradeContext ctx{spec, o, bin, calibration, {}, (out / "work").string()};
+  GradeContext ctx{spec, o, bin, calibration, {}, (out / "work").string(), &sandbox};
   fs::remove_all(ctx.work_dir);
   fs::create_directories(ctx.work_dir);
   for (const auto& run : spec.runs) {
@@ -498,6 +601,8 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     const auto t = std::chrono::steady_clock::now();
     CheckResult r = run_check(c, ctx);
     r.seconds = seconds_since(t);
+    name_sandbox_cause(sandbox, o, bin, r);
+    apply_forbidden(forbidden, r);
     if (r.status == Status::kNotAttempted && !r.exercise.empty() &&
         std::find(result.not_attempted.begin(), result.not_attempted.end(), r.exercise) == result.not_attempted.end()) {
       result.not_attempted.push_back(r.exercise);

@@ -66,6 +66,7 @@ MarkedFile parse_marked(const std::string& path, const std::string& text) {
       }
       open = &current;
       f.outside.push_back(line);
+      f.outside_lines.push_back(n);
     } else if (std::regex_match(line, kEndAttempt)) {
       if (!std::regex_match(line, kEnd)) {
         throw Error(fmt::format("{}:{}: malformed marker, expected `// END STUDENT CODE`", path, n));
@@ -75,10 +76,12 @@ MarkedFile parse_marked(const std::string& path, const std::string& text) {
       f.regions.push_back(current);
       open = nullptr;
       f.outside.push_back(line);
+      f.outside_lines.push_back(n);
     } else if (open != nullptr) {
       current.body += line + "\n";
     } else {
       f.outside.push_back(line);
+      f.outside_lines.push_back(n);
     }
   }
   if (open != nullptr) {

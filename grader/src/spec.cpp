@@ -246,9 +246,10 @@ LabSpec load_spec(const std::string& path) {
   s.path = path;
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
-    if (key != "lab" && key != "limits" && key != "run" && key != "check") {
-      throw ConfigError(fmt::format("{}: unknown top-level key '{}' (expected [lab], [limits], [[run]], [[check]])",
-                                    where(path, v), key));
+    if (key != "lab" && key != "limits" && key != "run" && key != "check" && key != "forbidden") {
+      throw ConfigError(
+          fmt::format("{}: unknown top-level key '{}' (expected [lab], [limits], [[run]], [[check]], [forbidden])",
+                      where(path, v), key));
     }
   }
   {
@@ -290,6 +291,32 @@ LabSpec load_spec(const std::string& path) {
     r.no_other_keys();
     if (s.memory_limit_mb < 256 || s.run_timeout_s <= 0 || s.test_timeout_s <= 0) {
       throw ConfigError(fmt::format("{}: [limits] memory_mb must be >= 256 and the timeouts > 0", where(path, *n)));
+    }
+  }
+  if (const auto* n = root.get("forbidden")) {
+    // [forbidden] "01.2" = ["ddplab::evaluate_model"]: kit functions an exercise may not call.
+    if (!n->is_table()) throw ConfigError(fmt::format("{}: [forbidden] must be a table", where(path, *n)));
+    static const std::regex kQualified(R"([A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*)");
+    for (const auto& [k, v] : *n->as_table()) {
+      const std::string ex(k.str());
+      if (std::find(s.exercises.begin(), s.exercises.end(), ex) == s.exercises.end()) {
+        throw ConfigError(fmt::format("{}: [forbidden] '{}' is not one of the lab's exercises ({})", where(path, v), ex,
+                                      fmt::join(s.exercises, ", ")));
+      }
+      const auto* a = v.as_array();
+      if (!a || a->empty()) {
+        throw ConfigError(
+            fmt::format("{}: [forbidden] '{}' must be a non-empty array of function names", where(path, v), ex));
+      }
+      for (const auto& f : *a) {
+        if (!f.is_string() || !std::regex_match(*f.value<std::string>(), kQualified)) {
+          throw ConfigError(fmt::format(
+              "{}: [forbidden] '{}': each entry must be a qualified name such as \"ddplab::evaluate_model\" (no "
+              "parameters)",
+              where(path, f), ex));
+        }
+        s.forbidden[ex].push_back(*f.value<std::string>());
+      }
     }
   }
   std::set<std::string> names;

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "check_util.h"
+#include "ddplab/grader/sandbox.h"
 #include "ddplab/launch.h"
 
 namespace fs = std::filesystem;
@@ -15,8 +16,11 @@ std::string last_chars(const std::string& s, size_t n) { return s.substr(s.size(
 
 void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   const std::string filter = c.text("filter");
-  const fs::path out = fs::path(ctx.work_dir) / fmt::format("tests-{}.json", c.id);
-  fs::remove(out);
+  // The test binary's own folder: its only writable place (sandboxed), its TMPDIR, its results.
+  const fs::path dir = fs::absolute(ctx.work_dir) / fmt::format("tests-{}", c.id);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path out = dir / "results.json";
   LaunchSpec spec;
   spec.nproc = 1;
   spec.command = {ctx.bin.tests, "--gtest_filter=" + filter, "--gtest_output=json:" + out.string(), "--gtest_color=no"};
@@ -29,7 +33,9 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
     if (log.size() < (1u << 20)) log += l + "\n";
   };
   spec.on_message = [&](const std::string& m) { log += m + "\n"; };
-  const LaunchResult lr = launch(spec);
+  if (ctx.sandbox) confine(*ctx.sandbox, spec, dir.string());
+  LaunchResult lr = launch(spec);
+  if (ctx.sandbox) restore_signals(*ctx.sandbox, lr);
   if (lr.timed_out) {
     fail(r, fmt::format("the tests ({}) timed out after {:.0f} s", filter, spec.timeout_s),
          "the code under test hangs or loops forever", last_chars(log, 4000));

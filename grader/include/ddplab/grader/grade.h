@@ -16,6 +16,8 @@
 
 namespace ddplab::grader {
 
+struct Sandbox;  // sandbox.h
+
 enum class Status { kPassed, kFailed, kNotAttempted, kError };
 const char* status_name(Status s);
 
@@ -72,6 +74,7 @@ struct GradeOptions {
   std::vector<std::string> only_checks;  ///< grade only checks with one of these ids, or whose name contains one
   double run_timeout_s = 0;              ///< overrides the spec's [limits] run_timeout_s (0: the spec's)
   double test_timeout_s = 0;             ///< overrides the spec's [limits] test_timeout_s (0: the spec's)
+  std::string sandbox = "auto";          ///< how student programs run: auto, bwrap or none (sandbox.h)
   bool build = true;                     ///< (re)build the lab's targets before grading
   bool color = false;
   bool quiet = false;  ///< no progress lines
@@ -106,6 +109,7 @@ struct LabBinaries {
   std::string tests;
   std::string reference;  ///< ddp_train
   std::string ddplab;
+  std::string student;  ///< the static library compiled from the student files ("" if the build does not say)
 };
 
 /// Everything a check may look at.
@@ -115,7 +119,8 @@ struct GradeContext {
   const LabBinaries& bin;
   const Calibration& calibration;
   std::map<std::string, RunOutcome> runs;
-  std::string work_dir;  ///< scratch for checks (test outputs)
+  std::string work_dir;              ///< scratch for checks (test outputs)
+  const Sandbox* sandbox = nullptr;  ///< how student programs run (nullptr: unconfined)
 };
 
 /// The graded lab.
@@ -126,6 +131,9 @@ struct LabResult {
   double score = 0, max_score = 0;
   double seconds = 0;
   std::string build_error;  ///< set when the submission did not build (every check then fails)
+  /// Set when the submission breaks a rule checked before building — edits outside the STUDENT
+  /// CODE regions, "file:line: ..." per file (every check then fails, nothing is built or run).
+  std::vector<std::string> rule_errors;
   std::string out_dir;
 };
 

@@ -23,6 +23,7 @@ struct MarkedFile {
   std::string path;
   std::vector<Region> regions;
   std::vector<std::string> outside;  ///< the lines outside regions (markers kept)
+  std::vector<int> outside_lines;    ///< the 1-based line number of each entry of `outside`
 };
 
 /// Parses `text` (named `path` in errors). Throws ddplab::Error "path:line: ..." for a malformed

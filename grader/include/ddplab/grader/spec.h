@@ -78,6 +78,10 @@ struct LabSpec {
   double test_timeout_s = 120;         ///< per unit-test check
   std::vector<RunSpec> runs;
   std::vector<CheckSpec> checks;
+  /// [forbidden]: per exercise id, the kit functions (or classes, namespaces) its code may not
+  /// call, as qualified names ("ddplab::evaluate_model"). Found in the compiled student library's
+  /// undefined symbols (rules.h); a call fails every check of that exercise.
+  std::map<std::string, std::vector<std::string>> forbidden;
 
   const RunSpec& run(const std::string& name) const;
   double max_score() const;
@@ -86,7 +90,8 @@ struct LabSpec {
 /// Parses and validates a spec; throws ddplab::ConfigError "file:line: ..." on any problem
 /// (unknown keys, missing fields, a check naming an unknown run, duplicate ids or names, bad
 /// values, a check parameter its kind does not declare or of the wrong type, a lab folder whose
-/// skeleton and solution do not hold the same files).
+/// skeleton and solution do not hold the same files, a [forbidden] entry for an exercise the lab
+/// does not have or that is no qualified C++ name).
 LabSpec load_spec(const std::string& path);
 
 /// The spec files of the kit: labs/*/grade.toml, sorted.

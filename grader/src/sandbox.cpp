@@ -1,0 +1,169 @@
+// Confining student programs with bubblewrap: an allow-list file system (system folders, the
+// program, the data set, one writable run folder), own PID/IPC/UTS namespaces, no capabilities.
+#include "ddplab/grader/sandbox.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "ddplab/error.h"
+
+namespace fs = std::filesystem;
+
+namespace ddplab::grader {
+namespace {
+
+/// The system folders a program needs to start and run (libraries, ld.so.cache, the BLAS
+/// alternatives under /etc, CPU topology under /sys). /home, /root, /tmp, /work, /autograder...
+/// are not among them.
+const char* const kSystem[] = {"/usr", "/etc", "/opt", "/sys", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"};
+
+/// The namespace and privilege options, shared by the probe and every confined command.
+const std::vector<std::string> kIsolation =
+    {"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session", "--cap-drop", "ALL"};
+
+std::string absolute(const std::string& p) { return fs::absolute(p).lexically_normal().string(); }
+
+/// Whether `p` lies in one of the system folders (bound already).
+bool in_system(const std::string& p) {
+  for (const char* dir : kSystem) {
+    const std::string d = std::string(dir) + "/";
+    if (p.rfind(d, 0) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+SandboxMode parse_sandbox_mode(const std::string& name) {
+  if (name == "auto") return SandboxMode::kAuto;
+  if (name == "bwrap") return SandboxMode::kBwrap;
+  if (name == "none") return SandboxMode::kNone;
+  throw ConfigError(fmt::format("--sandbox {}: expected auto, bwrap or none", name));
+}
+
+const char* sandbox_mode_name(SandboxMode m) {
+  switch (m) {
+    case SandboxMode::kAuto: return "auto";
+    case SandboxMode::kBwrap: return "bwrap";
+    case SandboxMode::kNone: return "none";
+  }
+  return "auto";
+}
+
+std::vector<std::string> bwrap_command(const std::string& bwrap, const std::vector<std::string>& command,
+                                       const std::vector<std::string>& read_only, const std::string& writable) {
+  std::vector<std::string> c = {bwrap};
+  c.insert(c.end(), kIsolation.begin(), kIsolation.end());
+  for (const char* dir : kSystem) {
+    std::error_code ec;
+    const auto st = fs::symlink_status(dir, ec);
+    if (ec || !fs::exists(st)) continue;
+    if (fs::is_symlink(st)) {
+      c.insert(c.end(), {"--symlink", fs::read_symlink(dir).string(), dir});  // merged /usr: /lib -> usr/lib
+    } else if (fs::is_directory(st)) {
+      c.insert(c.end(), {"--ro-bind", dir, dir});
+    }
+  }
+  c.insert(c.end(), {"--dev", "/dev", "--proc", "/proc"});
+  std::vector<std::string> readable = read_only;
+  if (!command.empty()) readable.push_back(command[0]);
+  for (const auto& p : readable) {
+    const std::string a = absolute(p);
+    if (!in_system(a)) c.insert(c.end(), {"--ro-bind", a, a});
+  }
+  const std::string w = absolute(writable);
+  fs::create_directories(w);
+  // The root bwrap builds the tree in is a tmpfs: read-only too, so the run folder is the only
+  // place a write can land (no /tmp: TMPDIR points into the run folder).
+  c.insert(c.end(), {"--bind", w, w, "--remount-ro", "/", "--chdir", w, "--"});
+  if (!command.empty()) {
+    c.push_back(absolute(command[0]));
+    c.insert(c.end(), command.begin() + 1, command.end());
+  }
+  return c;
+}
+
+std::string bwrap_problem(const std::string& bwrap) {
+  LaunchSpec spec;
+  spec.nproc = 1;
+  const fs::path probe = fs::temp_directory_path() / fmt::format("ddplab-sandbox-probe-{}", ::getpid());
+  spec.command = bwrap_command(bwrap, {"/bin/true"}, {}, probe.string());
+  spec.timeout_s = 30;
+  spec.prefix_output = false;
+  std::string out;
+  spec.on_line = [&](int, bool, const std::string& l) { out += l + "\n"; };
+  spec.on_message = [&](const std::string&) {};
+  std::string problem;
+  try {
+    const LaunchResult r = launch(spec);
+    if (r.exit_code != 0) {
+      problem = out.empty() ? r.summary : out.substr(0, out.find_last_not_of('\n') + 1);
+    }
+  } catch (const Error& e) {
+    problem = e.what();  // "launch: program 'bwrap' not found in PATH"
+  }
+  std::error_code ec;
+  fs::remove_all(probe, ec);
+  return problem;
+}
+
+Sandbox make_sandbox(SandboxMode mode, std::vector<std::string> read_only, const std::string& bwrap) {
+  Sandbox s;
+  s.bwrap = bwrap;
+  s.read_only = std::move(read_only);
+  if (mode == SandboxMode::kNone) {
+    s.note = "sandbox off (--sandbox none): student programs can read and write whatever this user can";
+    return s;
+  }
+  const std::string problem = bwrap_problem(s.bwrap);
+  if (problem.empty()) {
+    s.enabled = true;
+    s.note =
+        "sandbox: student programs run under bubblewrap, seeing only the system, their program, the data and "
+        "their run folder";
+    return s;
+  }
+  if (mode == SandboxMode::kBwrap) {
+    throw Error(fmt::format(
+        "--sandbox bwrap: bubblewrap cannot confine programs here: {} (install Debian's bubblewrap; in a container it "
+        "needs user namespaces or CAP_SYS_ADMIN; docs/instructor-guide.md, \"Sandbox\")",
+        problem));
+  }
+  s.note = fmt::format(
+      "WARNING: no sandbox: bubblewrap cannot run here ({}); student programs can read solutions/ and the "
+      "calibration (use --sandbox bwrap to refuse to grade without it)",
+      problem);
+  return s;
+}
+
+void confine(const Sandbox& sandbox, LaunchSpec& spec, const std::string& writable,
+             const std::vector<std::string>& extra_read_only) {
+  const fs::path tmp = fs::absolute(writable) / "tmp";
+  fs::create_directories(tmp);
+  spec.extra_env["TMPDIR"] = tmp.string();
+  if (!sandbox.enabled) return;
+  std::vector<std::string> readable = sandbox.read_only;
+  readable.insert(readable.end(), extra_read_only.begin(), extra_read_only.end());
+  spec.command = bwrap_command(sandbox.bwrap, spec.command, readable, writable);
+}
+
+void restore_signals(const Sandbox& sandbox, LaunchResult& result) {
+  if (!sandbox.enabled) return;
+  for (auto& r : result.ranks) {
+    if (r.signal != 0 || r.exit_code <= 128 || r.exit_code > 128 + 64) continue;
+    const int sig = r.exit_code - 128;
+    r.signal = sig;
+    const std::string was = fmt::format("exited with status {}", r.exit_code);
+    std::string now = fmt::format("was killed by signal {} ({})", sig, signal_name(sig));
+    if (sig == SIGKILL) now += " (out of memory?)";
+    const auto at = result.summary.find(was);
+    if (at != std::string::npos) result.summary.replace(at, was.size(), now);
+  }
+}
+
+}  // namespace ddplab::grader
