@@ -82,7 +82,9 @@ Gradebook grade_batch(const std::vector<LabSpec>& specs, GradeOptions options, c
     write_outputs(rs, options.out_dir);
     print(terminal_summary(rs, options.color));
     for (const auto& r : rs) {
-      book.rows.push_back({student, r.lab, r.score, r.max_score, r.not_attempted, !r.build_error.empty(), ""});
+      // A broken rule (an edit outside the regions) is why the row is 0: the gradebook says which.
+      book.rows.push_back({student, r.lab, r.score, r.max_score, r.not_attempted, !r.build_error.empty(),
+                           r.rule_errors.empty() ? "" : "rejected: " + r.rule_errors.front()});
     }
   }
   const std::string path = (fs::path(base_out) / "gradebook.csv").string();

@@ -62,6 +62,23 @@ TEST_F(Batch, TheGradebookHasOneQuotedRowPerStudentAndLab) {
             "carol,lab03_sampler,0,100,,\"bad.zip: unzip failed: \"\"crc error\"\"\"\n");
 }
 
+TEST_F(Batch, ARejectedSubmissionSaysWhyInTheGradebook) {
+  fs::create_directories(dir_ / "in" / "dave");
+  const GradeFn fake = [&](const std::vector<LabSpec>& specs, const GradeOptions&) {
+    std::vector<LabResult> rs = {result(specs[0].id, 0, 10)};
+    rs[0].rule_errors = {"lab03_student.cpp:4: edited outside the STUDENT CODE regions: line added: `#include <map>`"};
+    return rs;
+  };
+  GradeOptions o;
+  o.out_dir = (dir_ / "out").string();
+  const auto book = grade_batch(
+      {lab("lab03_sampler", 10)}, o, (dir_ / "in").string(), [](const std::string&) {}, fake);
+  EXPECT_EQ(book.csv(),
+            "student,lab,score,max_score,not_attempted,build_error\n"
+            "dave,lab03_sampler,0,10,,rejected: lab03_student.cpp:4: edited outside the STUDENT CODE regions: line "
+            "added: `#include <map>`\n");
+}
+
 TEST_F(Batch, ASubmissionIsAFolderOrAZip) {
   fs::create_directories(dir_ / "in" / "bob");
   fs::create_directories(dir_ / "in" / "alice");

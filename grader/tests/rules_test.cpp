@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "ddplab/error.h"
+#include "ddplab/grader/grade.h"
 #include "ddplab/grader/spec.h"
 
 namespace fs = std::filesystem;
@@ -116,6 +117,52 @@ TEST(Regions, EverySubmittedManifestFileIsCompared) {
   const auto edits = submission_region_edits(spec, (dir / "skel").string(), (dir / "sub").string());
   ASSERT_EQ(edits.size(), 1u);
   EXPECT_EQ(edits[0], "b.cpp:1: edited outside the STUDENT CODE regions: line added: `#pragma once`");
+  fs::remove_all(dir);
+}
+
+// The harness: a submission that breaks the rule fails every check with the first edit, and is
+// neither built nor run (the fake build folder here could build nothing).
+TEST(Regions, TheGraderRejectsAnEditedSubmissionBeforeBuildingIt) {
+  const fs::path dir = fs::temp_directory_path() / ("ddplab_rules_harness_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "kit/labs/lab09_x");
+  fs::create_directories(dir / "build/grader");
+  fs::create_directories(dir / "alice");
+  std::ofstream(dir / "kit/labs/lab09_x/lab09_student.cpp") << kSkeleton;
+  std::ofstream(dir / "alice/lab09_student.cpp") << replaced(kSkeleton, "int g() {", "int g() { // mine");
+  std::ofstream(dir / "build/grader/targets.json")
+      << R"({"tree": "solutions", "ddplab": "/x", "ddp_train": "/x", "lab09_x/submission": {"program": "/x", "tests": "/x"}})";
+  const fs::path spec_path = dir / "grade.toml";
+  std::ofstream(spec_path) << "[lab]\ntitle = \"Lab 09\"\nfolder = \"lab09_x\"\nprogram = \"lab09_x\"\n"
+                              "manifest = [\"lab09_student.cpp\"]\nexercises = [\"09.1\", \"09.2\"]\n\n"
+                              "[[check]]\nid = \"a\"\nkind = \"unit_tests\"\nname = \"a\"\nexercise = \"09.1\"\n"
+                              "filter = \"A.*\"\npoints = 5\n\n"
+                              "[[check]]\nid = \"b\"\nkind = \"unit_tests\"\nname = \"b\"\nexercise = \"09.2\"\n"
+                              "filter = \"B.*\"\npoints = 5\n";
+  GradeOptions o;
+  o.source_dir = (dir / "kit").string();
+  o.build_dir = (dir / "build").string();
+  o.tree = "submission";
+  o.submission = (dir / "alice").string();
+  o.data_dir = (dir / "data").string();
+  o.out_dir = (dir / "out").string();
+  o.sandbox = "none";
+  o.quiet = true;
+  const LabResult r = grade_lab(load_spec(spec_path.string()), o);
+  const std::string want =
+      "lab09_student.cpp:10: edited outside the STUDENT CODE regions: `int g() { // mine` where "
+      "the skeleton's line 10 is `int g() {`";
+  EXPECT_EQ(r.rule_errors, std::vector<std::string>{want});
+  EXPECT_TRUE(r.build_error.empty()) << "it was built: " << r.build_error;
+  ASSERT_EQ(r.checks.size(), 2u);
+  for (const auto& c : r.checks) {
+    EXPECT_EQ(c.status, Status::kFailed);
+    EXPECT_EQ(c.score, 0);
+    EXPECT_EQ(c.observed, want);
+    EXPECT_NE(c.diagnosis.find("only the code between `// BEGIN STUDENT CODE` and `// END STUDENT CODE` may change"),
+              std::string::npos);
+  }
+  EXPECT_EQ(r.score, 0);
   fs::remove_all(dir);
 }
 

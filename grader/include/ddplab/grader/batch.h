@@ -25,7 +25,8 @@ struct GradebookRow {
   double score = 0, max_score = 0;
   std::vector<std::string> not_attempted;  ///< exercise ids
   bool build_error = false;                ///< the submission did not compile
-  std::string error;                       ///< why it could not be graded at all (a corrupt zip), else ""
+  std::string error;                       ///< why it could not be graded at all (a corrupt zip) or was rejected
+                                           ///< ("rejected: file:line: edited outside ..."), else ""
 };
 
 struct Gradebook {
