@@ -5,8 +5,10 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <csignal>
 #include <cinttypes>
 #include <cstdio>
+#include <mutex>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -28,6 +30,24 @@ int64_t nbytes(const torch::Tensor& t) {
   return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
 }
 
+// Gloo writes to its peers' sockets without MSG_NOSIGNAL, so when a peer goes away (it failed, or
+// finished first) the next write raises SIGPIPE and kills the process before Gloo can report the
+// broken connection. Python ignores SIGPIPE at start-up, which is why PyTorch users never see
+// this; a C++ program must do the same for the peer's failure to become an error naming the
+// collective. Only the default action is replaced: a program that installed its own handler keeps it.
+void ignore_sigpipe_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      struct sigaction ign {};
+      ign.sa_handler = SIG_IGN;
+      sigemptyset(&ign.sa_mask);
+      ::sigaction(SIGPIPE, &ign, nullptr);
+    }
+  });
+}
+
 bool is_loopback(const std::string& addr) {
   return addr.empty() || addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
@@ -36,6 +56,7 @@ bool is_loopback(const std::string& addr) {
 
 std::unique_ptr<ProcessGroup> ProcessGroup::join(const Environment& env, torch::Device device,
                                                  const ProcessGroupOptions& opts) {
+  ignore_sigpipe_once();  // the TCPStore's sockets too
   c10::intrusive_ptr<compat::Store> store;
   if (!env.distributed()) {
     store = c10::make_intrusive<c10d::HashStore>();
@@ -72,6 +93,7 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<compat::Store> store, int rank, in
 #endif
   } else {
 #ifdef DDPLAB_HAVE_GLOO
+    ignore_sigpipe_once();
     auto o = c10d::ProcessGroupGloo::Options::create(opts.timeout);
     // Ranks on one machine talk over loopback; across machines Gloo binds to the address the
     // host name resolves to.

@@ -1,5 +1,9 @@
 // Collectives over real Gloo with ranks as threads on one in-memory store (the c10d tests'
 // pattern): world sizes 1-4, odd sizes, values derived from (rank, index) so results are exact.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -147,6 +151,23 @@ TEST(ProcessGroup, MissingPeerTimesOutNamingWhatEachRankLastEntered) {
               std::string::npos)
         << what;
   }
+}
+
+TEST(ProcessGroup, AWriteToAPeerThatLeftIsAnErrorNotSigpipe) {
+  // Gloo writes to peer sockets without MSG_NOSIGNAL: when a peer has gone (it failed first), the
+  // write raises SIGPIPE, whose default action kills the whole program before any error names the
+  // cause (seen in CI as "lab04_grad_sync_tests (SIGPIPE)"). Once a group exists, writing to a
+  // socket whose other end is closed must return EPIPE instead.
+  run_ranks(1, [](ProcessGroup&) {});
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+  ::close(fds[1]);
+  const char byte = 'x';
+  const ssize_t n = ::write(fds[0], &byte, 1);  // dies here if SIGPIPE is not ignored
+  const int err = errno;
+  ::close(fds[0]);
+  EXPECT_EQ(n, -1);
+  EXPECT_EQ(err, EPIPE);
 }
 
 #else
