@@ -7,6 +7,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build git pkg-config
+  clang                   # the default compiler: builds ddplab in about half GCC's time (docs/concepts/build.md)
   libtorch-dev            # LibTorch 1.13 C++ frontend and c10d (CPU)
   libgloo-dev             # Gloo headers that match Debian's LibTorch (c10d's CPU backend)
   libopenblas0-openmp     # optimized BLAS; the OpenMP build obeys torch::set_num_threads

@@ -221,8 +221,9 @@ std::string function_of_symbol(const std::string& demangled) {
 
 std::vector<ForbiddenCall> forbidden_calls(const LabSpec& spec, const std::vector<UndefinedSymbol>& undefined) {
   std::vector<ForbiddenCall> out;
-  for (const auto& [exercise, functions] : spec.forbidden) {
-    for (const auto& f : functions) {
+  for (const auto& entry : spec.forbidden) {
+    const std::string& exercise = entry.first;  // captured below: not a structured binding (C++17)
+    for (const auto& f : entry.second) {
       for (const auto& u : undefined) {
         const std::string fn = function_of_symbol(u.symbol);
         if (fn.empty()) continue;

@@ -151,7 +151,7 @@ min_relative = 0.8
     std::vector<uint64_t> idx;
     for (uint64_t i = from; i < 1000; i += step) idx.push_back(i);
     auto rep = good_report();
-    rep["epochs"] = {epoch_of(idx, 1)};
+    rep["epochs"] = json::array({epoch_of(idx, 1)});
     rep["phases"]["wall"] = wall;
     return rep;
   };

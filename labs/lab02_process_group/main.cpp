@@ -78,8 +78,10 @@ int main(int argc, char** argv) {
   program.description = "Lab 02: a process group — same start, averaged gradients, and (no sampler yet) N x the work";
   program.body = [](LabRun& run) {
     const int world = run.world_size();
-    const auto [comm, joined] = join_with_student_environment(run);
-    const bool talking = joined || world == 1;
+    // Not a structured binding: lambdas below capture `comm`, which C++17 allows only for variables.
+    const auto joined_group = join_with_student_environment(run);
+    const std::shared_ptr<dist::ProcessGroup> comm = joined_group.first;
+    const bool talking = joined_group.second || world == 1;
 
     // The incident's initialisation: each process seeds its own model differently.
     torch::manual_seed(run.options().seed + static_cast<uint64_t>(run.rank()));
@@ -124,7 +126,7 @@ int main(int argc, char** argv) {
           "the ranks never talk (02.1); compare params.final_digest in the ranks' reports",
           world);
     }
-    summary["joined"] = joined;
+    summary["joined"] = joined_group.second;
     summary["averaging"] = averaging;
     run.report().json()["lab02"] = summary;
 

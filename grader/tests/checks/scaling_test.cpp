@@ -13,7 +13,7 @@ std::vector<uint64_t> range(uint64_t from, uint64_t to, uint64_t step = 1) {
 
 json timed(const std::vector<uint64_t>& idx, double wall) {
   auto rep = good_report();
-  rep["epochs"] = {epoch_of(idx, 1)};
+  rep["epochs"] = json::array({epoch_of(idx, 1)});
   rep["phases"]["wall"] = wall;
   return rep;
 }
