@@ -335,6 +335,16 @@ int run_lab(const LabProgram& program, int argc, char** argv) {
   }
   std::unique_ptr<LabRun> run;
   try {
+    if (!program.lr_scaling_flag) {
+      // The lab sets the learning rate itself (lab 06's schedules): --lr is its base rate.
+      if (!opts.lr_scaling) {
+        throw ConfigError(
+            fmt::format("{} sets the learning rate with its own flags: --no-lr-scaling does not apply "
+                        "(see --help)",
+                        program.name));
+      }
+      opts.lr_scaling = false;
+    }
     run = std::make_unique<LabRun>(program.name, opts, flags.values());
     program.body(*run);
     return run->finish();

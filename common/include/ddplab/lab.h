@@ -198,6 +198,9 @@ struct LabProgram {
   std::string description;                   ///< shown by --help
   std::function<void(LabFlags&)> add_flags;  ///< optional lab-specific flags
   std::function<void(LabRun&)> body;         ///< the lab's training and evaluation
+  /// False for a lab that scales the learning rate itself (lab 06): LabRun::lr() is then --lr
+  /// unscaled, and --no-lr-scaling is an error instead of being silently ignored.
+  bool lr_scaling_flag = true;
 };
 
 /// Parses flags, runs the body and maps the outcome to an exit status: 0 ok, 2 bad flags,
