@@ -109,7 +109,9 @@ struct MicroStepFns {
 /// of the samples it saw, and it is a full optimizer step (it counts for the schedule). Every
 /// rank has the same n, so every rank takes the same groups and the same collectives.
 /// micro_step returns the micro-batch's loss before the division, and `stepped` tells whether it
-/// ended an optimizer step.
+/// ended an optimizer step. begin_epoch(0) is an empty epoch (nothing to do); begin_epoch throws
+/// ddplab::Error while the previous epoch has micro-steps left (its open group would be lost),
+/// and micro_step throws ddplab::Error when called more than n times in an epoch.
 class Accumulator {
  public:
   Accumulator(ddplab::dist::GradSync& sync, int64_t k);

@@ -4,9 +4,12 @@
 // optimizer has two parameter groups, {embeddings, dense layers}, whose learning rates follow the
 // student's schedules (06.1): --lr at --base-batch, scaled by --lr-rule (dense) and
 // --embedding-rule, with --warmup-steps of linear warm-up. The run prints the global batch, the
-// rules and the learning rates, and checks what it can see from outside: one gradient sync per
-// optimizer step, and a schedule that counts optimizer steps. Not edited by students.
+// rules and the learning rates, and checks what it can see from outside: the groups of
+// micro-steps and the divisor of each loss, one gradient sync per optimizer step, and a schedule
+// that counts optimizer steps. Not edited by students.
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <memory>
 
 #include <fmt/format.h>
@@ -22,24 +25,55 @@ namespace {
 
 using namespace ddplab;
 
-/// Each exercise once, so that a skeleton run lists every missing one; a failure other than a
-/// stub is reported and met again in training.
-void probe_exercises(LabRun& run, dist::Communicator& comm) {
+/// Which exercises the submission has, each tried once on something tiny (so that a skeleton run
+/// lists every missing one, and a stub met mid-training cannot stop the run): 06.1 on a
+/// two-group optimizer, 06.2 on a one-micro-step epoch of a tiny model (one small all-reduce on
+/// every rank), 06.3 on a world of one. A failure other than a stub is reported and met again.
+struct Present {
+  bool schedule = false, accumulator = false, global_batch = false;
+};
+
+Present probe_exercises(LabRun& run, dist::Communicator& comm) {
   auto attempt = [&run](const char* what, const std::function<void()>& fn) {
     try {
-      run.attempt(fn);
+      return run.attempt(fn);
     } catch (const std::exception& e) {
       log::warn("{} fails on a probe: {}", what, e.what());
+      return true;  // there, but wrong: the run meets the error again
     }
   };
-  attempt("the schedule (06.1)", [] { (void)lab06::lr_at(lab06::Schedule{}, 0); });
-  attempt("the accumulator (06.2)", [&comm] {
+  Present p;
+  p.schedule = attempt("the schedule (06.1)", [] {
+    torch::nn::Linear a(1, 1), b(1, 1);
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(a->parameters(), std::make_unique<torch::optim::SGDOptions>(1.0));
+    groups.emplace_back(b->parameters(), std::make_unique<torch::optim::SGDOptions>(1.0));
+    torch::optim::SGD sgd(std::move(groups), torch::optim::SGDOptions(1.0));
+    lab06::Schedule s;
+    (void)lab06::target_lr(s);
+    (void)lab06::lr_at(s, 0);
+    lab06::apply_schedules(sgd, {s, s}, 0);
+  });
+  p.accumulator = attempt("the accumulator (06.2)", [&comm] {
     torch::nn::Linear lin(2, 1);
     auto sync = dist::make_grad_sync(dist::SyncStrategy::kPerParam, comm, lin->parameters());
     lab06::Accumulator acc(*sync, 1);
-    acc.begin_epoch(0);
+    lab06::MicroStepFns fns;
+    fns.forward = [&] { return lin->forward(torch::ones({1, 2})).sum(); };
+    fns.backward = [&](const torch::Tensor& loss) {
+      sync->before_backward(loss);
+      loss.backward();
+    };
+    fns.finish = [&] { sync->finish(); };
+    fns.step = [](int64_t) {};
+    fns.zero_grad = [&] { lin->zero_grad(); };
+    acc.begin_epoch(1);
+    acc.micro_step(fns);
   });
-  attempt("the global batch (06.3)", [] { (void)lab06::derive_global_batch(dist::Environment{}, 1, 1); });
+  p.global_batch = attempt("the global batch (06.3)", [] {
+    (void)lab06::make_schedules(lab06::derive_global_batch(dist::Environment{}, 1, 1), lab06::LrFlags{});
+  });
+  return p;
 }
 
 }  // namespace
@@ -67,12 +101,13 @@ int main(int argc, char** argv) {
   };
   program.body = [&](LabRun& run) {
     auto comm = run.join();
-    probe_exercises(run, *comm);
+    const Present have = probe_exercises(run, *comm);
     const int64_t B = run.batch();
     const int world = run.world_size();
+    const bool rank0 = run.rank() == 0;
 
-    // 06.3: the global batch and the schedules, from the job (the driver's fallbacks keep the
-    // other exercises gradable when 06.3 is not attempted).
+    // 06.3: the global batch and the schedules, from the job. Without 06.3 the driver makes them
+    // itself, labelled as its own, so that 06.1 and 06.2 stay gradable.
     lab06::LrFlags flags;
     flags.base_lr = run.options().lr;
     flags.base_batch = base_batch;
@@ -81,19 +116,18 @@ int main(int argc, char** argv) {
     flags.warmup_steps = warmup_steps;
     lab06::GlobalBatch gb{world, B, accumulate, world * B * accumulate};
     std::vector<lab06::Schedule> schedules;
-    const bool derived = run.attempt([&] {
+    if (have.global_batch) {
       gb = lab06::derive_global_batch(run.environment(), B, accumulate);
       schedules = lab06::make_schedules(gb, flags);
-    });
-    if (!derived) {
-      lab06::Schedule constant;
-      constant.base_lr = flags.base_lr;
-      constant.base_batch = constant.global_batch = base_batch;
-      constant.rule = lab06::Rule::kNone;
-      schedules = {constant, constant};
-      if (run.rank() == 0)
-        log::warn("06.3 not attempted: global batch {} from the driver, constant learning rate {}", gb.global_batch,
-                  flags.base_lr);
+    } else {
+      lab06::Schedule s;
+      s.base_lr = flags.base_lr;
+      s.base_batch = base_batch;
+      s.global_batch = gb.global_batch;
+      s.warmup_steps = warmup_steps;
+      schedules = {s, s};
+      schedules[0].rule = flags.embedding_rule;
+      schedules[1].rule = flags.rule;
     }
     if (schedules.size() != 2) {
       throw Error(
@@ -101,28 +135,24 @@ int main(int argc, char** argv) {
                       "(embeddings, dense)",
                       schedules.size()));
     }
-    bool have_schedule = true;
     std::array<double, 2> target{};
-    try {
-      have_schedule = run.attempt([&] {
-        for (size_t g = 0; g < 2; ++g) target[g] = lab06::target_lr(schedules[g]);
-      });
-    } catch (const std::exception& e) {
-      throw ConfigError(fmt::format("the schedules: {}", e.what()));
+    if (have.schedule) {
+      for (size_t g = 0; g < 2; ++g) target[g] = lab06::target_lr(schedules[g]);
     }
     const char* names[2] = {"embeddings", "dense"};
-    log::info0("global batch {} = {} rank(s) x {} per rank x {} micro-batch(es){}", gb.global_batch, gb.world_size,
-               gb.per_rank_batch, gb.accumulation, derived ? "" : " (the driver's)");
+    log::info0("global batch {} = {} rank(s) x {} per rank x {} micro-batch(es), {}", gb.global_batch, gb.world_size,
+               gb.per_rank_batch, gb.accumulation,
+               have.global_batch ? "derived from the job" : "the driver's (06.3 not attempted)");
     for (size_t g = 0; g < 2; ++g) {
       const auto& s = schedules[g];
-      if (have_schedule) {
-        log::info0(
-            "learning rate of the {}: {} rule, {:g} at batch {} -> {:g} at batch {}, warm-up {} optimizer step(s)",
-            names[g], lab06::rule_name(s.rule), s.base_lr, s.base_batch, target[g], s.global_batch, s.warmup_steps);
-      }
+      log::info0("learning rate of the {}{}: {} rule, {:g} at batch {} -> {} at batch {}, warm-up {} optimizer step(s)",
+                 names[g], have.global_batch ? "" : " (the driver's schedule)", lab06::rule_name(s.rule), s.base_lr,
+                 s.base_batch, have.schedule ? fmt::format("{:g}", target[g]) : "? (06.1 not attempted)",
+                 s.global_batch, s.warmup_steps);
     }
-    if (!have_schedule && run.rank() == 0)
-      log::warn("06.1 not attempted: every step at the optimizer's initial learning rate");
+    if (!have.schedule && rank0) log::warn("06.1 not attempted: every step at --lr, unscaled");
+    if (!have.accumulator && rank0)
+      log::warn("06.2 not attempted: one micro-batch per optimizer step, no accumulation");
 
     DeepFM model;
     model->to(run.device());
@@ -156,56 +186,80 @@ int main(int argc, char** argv) {
     }
     run.start_training(model.ptr(), micro_steps);
 
+    const int64_t k_used = have.accumulator ? accumulate : 1;
     std::unique_ptr<lab06::Accumulator> acc;
-    // The probe found out whether 06.2 is there; without it the driver steps on every micro-batch.
-    run.attempt([&] {
-      lab06::Accumulator probe(*sync, accumulate);
-      probe.begin_epoch(0);
-      acc = std::make_unique<lab06::Accumulator>(*sync, accumulate);
-    });
+    if (have.accumulator) acc = std::make_unique<lab06::Accumulator>(*sync, accumulate);
     const auto stats0 = comm->stats();
+    // What the driver sees of the accumulator from outside: the step index it passes, each
+    // micro-step's divisor (the forward's loss over the loss given to backward) and the groups.
     std::vector<std::array<double, 2>> lrs;  // per optimizer step, as applied
-    int64_t steps_seen = 0, bad_step_index = -1, bad_step_at = -1, samples = 0;
+    std::vector<int64_t> group_sizes;
+    int64_t steps_seen = 0, bad_step_index = -1, bad_step_at = -1, samples = 0, micro_taken = 0, in_group = 0;
+    int64_t bad_divisor_group = -1;
+    double bad_divisor = 0, forward_loss = 0;
+    std::vector<double> divisors;  // of the open group
     StepTimer& timer = run.timer();
+    const data::Batch* current = nullptr;
+    lab06::MicroStepFns fns;
+    fns.forward = [&] {
+      auto scope = timer.scope(Phase::kForward);
+      torch::Tensor loss =
+          torch::binary_cross_entropy_with_logits(model->forward(current->dense, current->rows), current->labels);
+      forward_loss = loss.item<double>();
+      return loss;
+    };
+    fns.backward = [&](const torch::Tensor& loss) {
+      const double given = loss.item<double>();
+      divisors.push_back(given != 0 ? forward_loss / given : 0);
+      ++in_group;
+      sync->before_backward(loss);
+      auto scope = timer.scope(Phase::kBackward);
+      loss.backward();
+    };
+    fns.finish = [&] {
+      auto scope = timer.scope(Phase::kComm);
+      sync->finish();
+    };
+    fns.step = [&](int64_t t) {
+      auto scope = timer.scope(Phase::kOptimizer);
+      if (t != steps_seen && bad_step_index < 0) {
+        bad_step_index = t;
+        bad_step_at = steps_seen;
+      }
+      for (double d : divisors) {
+        if (std::abs(d - static_cast<double>(in_group)) > 1e-3 * static_cast<double>(in_group) &&
+            bad_divisor_group < 0) {
+          bad_divisor_group = steps_seen;
+          bad_divisor = d;
+        }
+      }
+      group_sizes.push_back(in_group);
+      divisors.clear();
+      in_group = 0;
+      if (have.schedule) lab06::apply_schedules(*optimizer, schedules, t);
+      auto& g = optimizer->param_groups();
+      lrs.push_back({g[0].options().get_lr(), g[1].options().get_lr()});
+      optimizer->step();
+      ++steps_seen;
+    };
+    fns.zero_grad = [&] {
+      auto scope = timer.scope(Phase::kOptimizer);
+      optimizer->zero_grad();
+    };
     for (int64_t epoch = 0; epoch < run.options().epochs; ++epoch) {
       const auto order = data::shuffled_order(run.train_size(), run.options().seed, static_cast<uint64_t>(epoch));
       data::BatchLoader loader(run.train(), data::global_batch_slice(order, micro_steps, B, run.rank(), world), B,
                                run.device());
-      if (acc) run.attempt([&] { acc->begin_epoch(micro_steps); });
-      const data::Batch* current = nullptr;
-      lab06::MicroStepFns fns;
-      fns.forward = [&] {
-        auto scope = timer.scope(Phase::kForward);
-        return torch::binary_cross_entropy_with_logits(model->forward(current->dense, current->rows), current->labels);
-      };
-      fns.backward = [&](const torch::Tensor& loss) {
-        sync->before_backward(loss);
-        auto scope = timer.scope(Phase::kBackward);
-        loss.backward();
-      };
-      fns.finish = [&] {
-        auto scope = timer.scope(Phase::kComm);
-        sync->finish();
-      };
-      fns.step = [&](int64_t t) {
-        auto scope = timer.scope(Phase::kOptimizer);
-        if (t != steps_seen && bad_step_index < 0) {
-          bad_step_index = t;
-          bad_step_at = steps_seen;
-        }
-        if (have_schedule) lab06::apply_schedules(*optimizer, schedules, t);
-        auto& g = optimizer->param_groups();
-        lrs.push_back({g[0].options().get_lr(), g[1].options().get_lr()});
-        optimizer->step();
-        ++steps_seen;
-      };
-      fns.zero_grad = [&] {
-        auto scope = timer.scope(Phase::kOptimizer);
-        optimizer->zero_grad();
-      };
+      // --max-steps ends the run inside an epoch: the accumulator is told the micro-steps it gets.
+      int64_t this_epoch = micro_steps;
+      if (run.options().max_steps > 0)
+        this_epoch = std::clamp(run.options().max_steps - micro_taken, int64_t{0}, micro_steps);
+      if (this_epoch == 0) break;
+      if (acc) acc->begin_epoch(this_epoch);
       run.run_epoch(epoch, loader, [&](const data::Batch& batch) {
         current = &batch;
         samples += batch.labels.size(0);
+        ++micro_taken;
         if (acc) return acc->micro_step(fns);
         // 06.2 not attempted: one micro-batch per optimizer step, so the rest stays gradable.
         fns.zero_grad();
@@ -213,7 +267,7 @@ int main(int argc, char** argv) {
         fns.backward(loss);
         fns.finish();
         fns.step(steps_seen);
-        return loss.item<double>();
+        return forward_loss;
       });
     }
 
@@ -224,34 +278,42 @@ int main(int argc, char** argv) {
     const int64_t bytes = stats1.ops[ar].bytes - stats0.ops[ar].bytes;
     const int64_t per_sync = static_cast<int64_t>(sync->buckets().size());
     const double syncs = per_sync > 0 ? static_cast<double>(collectives) / static_cast<double>(per_sync) : 0;
-    const int64_t epochs = run.options().epochs;
-    const int64_t expect_steps = epochs * ((micro_steps + accumulate - 1) / accumulate);
-    const int64_t tail = micro_steps % accumulate;
-    const bool one_sync_per_step = world == 1 || (collectives == steps_seen * per_sync);
+    const bool one_sync_per_step = collectives == steps_seen * per_sync;
     const bool schedule_ok = bad_step_index < 0;
-    log::info0(
-        "accumulation: {} optimizer step(s) of {} micro-batch(es){} over {} micro-steps; {:g} gradient "
-        "sync(s), {} all-reduce(s), {:.0f} bytes per sample on rank {}",
-        steps_seen, accumulate, tail ? fmt::format(" (the last of each epoch: {})", tail) : "", micro_steps * epochs,
-        syncs, collectives, samples ? static_cast<double>(bytes) / static_cast<double>(samples) : 0.0, run.rank());
-    if (world > 1) {
-      if (one_sync_per_step) {
-        log::info0("one gradient sync per optimizer step");
-      } else {
-        log::warn(
-            "rank {}: {:g} gradient syncs for {} optimizer steps of {} micro-batches: the accumulation is "
-            "not under no_sync()",
-            run.rank(), syncs, steps_seen, accumulate);
-      }
+    const bool divisors_ok = bad_divisor_group < 0;
+    std::string sizes;
+    for (size_t i = 0; i < group_sizes.size(); ++i) {
+      // The groups, shortened: "3 x 3, 1" for 3, 3, 3, 1.
+      size_t j = i;
+      while (j + 1 < group_sizes.size() && group_sizes[j + 1] == group_sizes[i]) ++j;
+      sizes += fmt::format("{}{}", sizes.empty() ? "" : ", ",
+                           j > i ? fmt::format("{} x {}", j - i + 1, group_sizes[i]) : std::to_string(group_sizes[i]));
+      i = j;
     }
-    if (schedule_ok && steps_seen == expect_steps) {
+    log::info0(
+        "accumulation: {} optimizer step(s) over {} micro-steps, in groups of {} micro-batch(es); {:g} gradient "
+        "sync(s), {} all-reduce(s), {:.0f} bytes per sample on rank {}",
+        steps_seen, micro_taken, sizes.empty() ? "none" : sizes, syncs, collectives,
+        samples ? static_cast<double>(bytes) / static_cast<double>(samples) : 0.0, run.rank());
+    if (divisors_ok) {
+      log::info0("every micro-batch's loss was divided by its group's size");
+    } else {
+      log::warn(
+          "rank {}: in optimizer step {} ({} micro-batch(es)) a loss was divided by {:.3g}: the accumulated "
+          "gradient is not the group's mean",
+          run.rank(), bad_divisor_group, group_sizes[static_cast<size_t>(bad_divisor_group)], bad_divisor);
+    }
+    if (one_sync_per_step) {
+      log::info0("one gradient sync per optimizer step");
+    } else {
+      log::warn("rank {}: {:g} gradient syncs for {} optimizer steps: the accumulation is not under no_sync()",
+                run.rank(), syncs, steps_seen);
+    }
+    if (schedule_ok) {
       log::info0("the learning-rate schedule advanced once per optimizer step");
-    } else if (!schedule_ok) {
+    } else if (rank0) {
       log::warn("the schedule was given step {} at optimizer step {}: it must count optimizer steps, not micro-steps",
                 bad_step_index, bad_step_at);
-    } else {
-      log::warn("{} optimizer steps for {} micro-steps of {} (expected {})", steps_seen, micro_steps * epochs,
-                accumulate, expect_steps);
     }
     if (!lrs.empty()) {
       log::info0("learning rates (embeddings, dense): first step {:g}, {:g}; last step {:g}, {:g}", lrs.front()[0],
@@ -260,26 +322,27 @@ int main(int argc, char** argv) {
 
     nlohmann::json lj = {{"world_size", gb.world_size},
                          {"per_rank_batch", gb.per_rank_batch},
-                         {"accumulation", gb.accumulation},
+                         {"accumulation", k_used},
                          {"global_batch", gb.global_batch},
-                         {"derived", derived},
+                         {"derived", have.global_batch},
                          {"rule", rule_name},
                          {"embedding_rule", lab06::rule_name(flags.embedding_rule)},
                          {"base_lr", flags.base_lr},
                          {"base_batch", base_batch},
                          {"warmup_steps", warmup_steps},
                          {"optimizer", optimizer_name},
-                         {"micro_steps", micro_steps * epochs},
+                         {"micro_steps", micro_taken},
                          {"optimizer_steps", steps_seen},
-                         {"tail", tail},
+                         {"group_sizes", group_sizes},
                          {"syncs", syncs},
                          {"collectives", collectives},
                          {"bytes", bytes},
                          {"bytes_per_sample",
                           samples ? static_cast<double>(bytes) / static_cast<double>(samples) : 0.0},
                          {"one_sync_per_step", one_sync_per_step},
+                         {"losses_divided_by_group_size", divisors_ok},
                          {"schedule_counts_optimizer_steps", schedule_ok}};
-    if (have_schedule) lj["target_lr"] = {{"embeddings", target[0]}, {"dense", target[1]}};
+    if (have.schedule) lj["target_lr"] = {{"embeddings", target[0]}, {"dense", target[1]}};
     for (const auto& l : lrs) lj["lrs"].push_back({l[0], l[1]});
     std::string digest;
     const auto same = dist::compare_parameters(*comm, *model, &digest);

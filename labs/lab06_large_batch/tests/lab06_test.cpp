@@ -268,9 +268,13 @@ TEST_P(Lab06Accumulate, APartialLastGroupStepsOnTheMeanOfWhatItSaw) {
 TEST_P(Lab06Accumulate, TheScheduleCountsOptimizerStepsAcrossEpochs) {
   const int W = GetParam();
   run_ranks(W, [&](ProcessGroup& pg) {
-    const Seen s = accumulate(pg, 4, 2, 2, /*epochs=*/2);
+    // Two epochs of 3 micro-steps at k = 2: each epoch is a group of 2 and a tail of 1; the groups
+    // start again with each epoch, the step count does not.
+    const Seen s = accumulate(pg, 3, 2, 2, /*epochs=*/2);
     EXPECT_EQ(s.step_index, (std::vector<int64_t>{0, 1, 2, 3}))
         << "fns.step(t) gets the optimizer step (0, 1, 2, ...), not the micro-step";
+    EXPECT_EQ(s.stepped, (std::vector<bool>{false, true, true, false, true, true}));
+    EXPECT_EQ(s.zero_grads, 4);
   });
 }
 
