@@ -17,6 +17,7 @@ PACKAGES=(
   openmpi-bin             # mpirun, to show that labs run under other launchers
   unzip zip               # the grader unpacks zipped submissions; its self-tests zip one
   bubblewrap              # bwrap: the grader's sandbox for student programs (--sandbox)
+  iproute2                # ip netns: the two-node test's two network stacks (ddp.two_nodes_netns)
   python3-torch           # torchrun (PyTorch 1.13), the third launcher the labs are tested under
   chromium                # headless, renders the grader's report.html in a test (report_render_tests)
 )

@@ -5,10 +5,12 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <cinttypes>
 #include <cstdio>
 #include <mutex>
+#include <string>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -95,12 +97,32 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<compat::Store> store, int rank, in
 #ifdef DDPLAB_HAVE_GLOO
     ignore_sigpipe_once();
     auto o = c10d::ProcessGroupGloo::Options::create(opts.timeout);
-    // Ranks on one machine talk over loopback; across machines Gloo binds to the address the
-    // host name resolves to.
+    // GLOO_SOCKET_IFNAME (as in PyTorch: a comma-separated list of interfaces) chooses the
+    // network; otherwise ranks on one machine talk over loopback, and across machines Gloo binds
+    // to the address the host name resolves to.
+    const char* ifnames = std::getenv("GLOO_SOCKET_IFNAME");
     const char* host = std::getenv("MASTER_ADDR");
-    o->devices.push_back(is_loopback(host != nullptr ? host : "")
-                             ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                             : c10d::ProcessGroupGloo::createDefaultDevice());
+    if (ifnames != nullptr && *ifnames != '\0') {
+      std::string list = ifnames;
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        const std::string name = list.substr(at, comma - at);
+        if (!name.empty()) {
+          try {
+            o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+          } catch (const std::exception& e) {
+            throw ConfigError(fmt::format("rank {}: GLOO_SOCKET_IFNAME names interface '{}', which Gloo cannot use: {}",
+                                          rank, name, e.what()));
+          }
+        }
+        at = comma + 1;
+      }
+    }
+    if (o->devices.empty()) {
+      o->devices.push_back(is_loopback(host != nullptr ? host : "")
+                               ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                               : c10d::ProcessGroupGloo::createDefaultDevice());
+    }
     o->threads = 2;
     backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, rank, size, o);
     backend_name_ = "gloo";
