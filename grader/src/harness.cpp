@@ -173,6 +173,10 @@ std::vector<std::string> effective_args(const RunSpec& run, const std::string& d
 
 namespace {
 
+/// Checks whose figure is a time or a throughput ratio (the others are exact or statistical).
+bool is_timing_kind(const std::string& kind) { return kind == "scaling" || kind == "exposed_comm"; }
+constexpr int kTimingAttempts = 3;
+
 RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) {
   RunOutcome r;
   r.name = run.name;
@@ -600,6 +604,29 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
   for (const auto& c : spec.checks) {
     const auto t = std::chrono::steady_clock::now();
     CheckResult r = run_check(c, ctx);
+    // A timing check compares throughput or waiting measured at different moments, and on a
+    // shared machine one of them can land in a neighbour's burst (seen: lab 03's scaling
+    // efficiency 0.37-0.60 for the same binary within an hour). A failed timing check is
+    // measured again, its runs re-run, up to kTimingAttempts in all; the best attempt counts,
+    // and the output says how many were taken. The threshold itself never moves.
+    for (int attempt = 2; attempt <= kTimingAttempts && r.status == Status::kFailed && is_timing_kind(c.kind) &&
+                          std::all_of(c.runs.begin(), c.runs.end(),
+                                      [&](const std::string& n) { return ctx.runs.count(n) && ctx.runs.at(n).ok(); });
+         ++attempt) {
+      say(fmt::format("check '{}' failed on timing ({}); measuring again, attempt {} of {}", c.id, r.observed, attempt,
+                      kTimingAttempts));
+      for (const auto& name : c.runs) {
+        const auto it =
+            std::find_if(spec.runs.begin(), spec.runs.end(), [&](const RunSpec& x) { return x.name == name; });
+        if (it == spec.runs.end()) continue;
+        auto again = make_run(*it, ctx, out / "runs" / it->name);
+        ctx.runs.erase(it->name);
+        ctx.runs.emplace(it->name, std::move(again));
+      }
+      const std::string before = r.observed;
+      r = run_check(c, ctx);
+      r.observed += fmt::format(" (attempt {} of {}; attempt {}: {})", attempt, kTimingAttempts, attempt - 1, before);
+    }
     r.seconds = seconds_since(t);
     name_sandbox_cause(sandbox, o, bin, r);
     apply_forbidden(forbidden, r);
