@@ -26,20 +26,11 @@ int main(int argc, char** argv) {
     torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(run.lr()));
     auto sync = dist::make_grad_sync(strategy, *comm, model->parameters());
 
-    const int64_t B = run.batch();
-    const int64_t G = run.global_batch();
-    // Whole global batches only, so every rank takes the same number of steps (no rank waits at a
-    // collective for a peer that has run out of data); the dropped tail is < one global batch.
-    const int64_t steps = static_cast<int64_t>(run.train_size()) / G;
-    if (steps == 0)
-      throw ConfigError(fmt::format("--train-samples {} is smaller than one global batch of {}", run.train_size(), G));
+    const int64_t steps = run.whole_global_batches();  // the same on every rank
     run.start_training(model.ptr(), steps);
     for (int64_t epoch = 0; epoch < run.options().epochs; ++epoch) {
-      const auto order = data::shuffled_order(run.train_size(), run.options().seed, static_cast<uint64_t>(epoch));
-      // This rank's slice [rank * B, (rank + 1) * B) of every global batch.
-      data::BatchLoader loader(run.train(), data::global_batch_slice(order, steps, B, run.rank(), run.world_size()), B,
-                               run.device());
-      run.run_epoch(epoch, loader,
+      auto loader = run.global_batch_loader(epoch, steps);  // this rank's slice of every global batch
+      run.run_epoch(epoch, *loader,
                     [&](const data::Batch& b) { return train_step(model, optimizer, b, run.timer(), sync.get()); });
     }
     run.evaluate_on_rank0(model, *comm);

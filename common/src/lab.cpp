@@ -12,6 +12,7 @@
 #include "ddplab/deepfm.h"
 #include "ddplab/log.h"
 #include "ddplab/memory.h"
+#include "ddplab/nvml.h"
 #include "ddplab/system.h"
 
 namespace ddplab {
@@ -123,6 +124,23 @@ int64_t LabRun::steps_per_epoch(uint64_t samples) const {
   return (static_cast<int64_t>(samples) + opts_.batch - 1) / opts_.batch;
 }
 
+int64_t LabRun::whole_global_batches() const {
+  const int64_t steps = static_cast<int64_t>(train_size_) / global_batch();
+  if (steps == 0) {
+    throw ConfigError(fmt::format("--train-samples {} is smaller than one global batch of {} ({} rank(s) x {})",
+                                  train_size_, global_batch(), env_.world_size, opts_.batch));
+  }
+  return steps;
+}
+
+std::unique_ptr<data::BatchLoader> LabRun::global_batch_loader(int64_t epoch, int64_t steps) const {
+  const auto order = data::shuffled_order(train_size_, opts_.seed, static_cast<uint64_t>(epoch));
+  return std::make_unique<data::BatchLoader>(*train_,
+                                             data::global_batch_slice(order, steps, opts_.batch, env_.rank,
+                                                                      env_.world_size),
+                                             opts_.batch, device_);
+}
+
 // ---- LabRun: joining the job ----
 
 dist::ProcessGroupOptions LabRun::group_options() const {
@@ -149,6 +167,29 @@ void LabRun::start_training(std::shared_ptr<torch::nn::Module> model, int64_t st
   progress_ = std::make_unique<Progress>(total, opts_.log_every, global_batch());
   model_ = std::move(model);
   initial_digest_ = parameter_digest(*model_);
+  // On CUDA, NVML's utilization of this rank's device over the training (docs/concepts/metrics.md).
+  if (device_.is_cuda() && !nvml_) {
+    nvml_ = std::make_unique<nvml::Sampler>(device_.has_index() ? device_.index() : 0);
+    if (!nvml_->available()) log::warn("device utilization: {}; the phase timers only", nvml_->why_unavailable());
+    nvml_->start();
+  }
+}
+
+nlohmann::json LabRun::utilization() const {
+  const double wall = timer_.wall();
+  const double busy = wall > 0 ? timer_.compute() / wall : 0.0;
+  nlohmann::json u = {{"busy", busy}, {"source", "phase_timers"}};
+  if (!nvml_) {
+    u["nvml"] = {{"available", false}, {"why", "not sampled on device " + device_.str()}};
+    return u;
+  }
+  const nvml::Summary s = nvml_->summary();
+  u["nvml"] = s.to_json();
+  if (s.available && s.samples > 0) {
+    u["source"] = "nvml";
+    u["gpu_median"] = s.gpu_median / 100.0;
+  }
+  return u;
 }
 
 const EpochSummary& LabRun::run_epoch(int64_t epoch, data::Loader& loader, const StepFn& step) {
@@ -223,6 +264,15 @@ bool LabRun::attempt(const std::function<void()>& exercise) {
   }
 }
 
+bool LabRun::probe(const char* what, const std::function<void()>& exercise) {
+  try {
+    return attempt(exercise);
+  } catch (const std::exception& e) {
+    log::warn("{} fails on a probe: {}", what, e.what());
+    return true;
+  }
+}
+
 void LabRun::set_eval(const EvalResult& r) { eval_ = r; }
 
 void LabRun::evaluate_on_rank0(DeepFM& model, dist::Communicator& comm) {
@@ -246,6 +296,8 @@ int LabRun::finish() {
   if (eval_)
     report_.set_eval(eval_->auc, eval_->logloss, eval_->samples, meta.teacher_test_auc, meta.teacher_test_logloss);
   report_.set_phases(timer_);
+  if (nvml_) nvml_->stop();
+  report_.json()["utilization"] = utilization();
   // Every rank processed distinct samples only when a sampler shards the data; the run itself
   // cannot know that, so "unique" is this rank's own distinct count and the grader recomputes
   // the job's from the epoch digests.

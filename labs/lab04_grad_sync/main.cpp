@@ -153,13 +153,6 @@ struct SyncFigures {
 /// missing exercise before the job starts. An exercise that fails here is only reported: a run that
 /// does not use it (the oracle's) still runs, and one that does meets the error again in training.
 void probe_exercises(LabRun& run) {
-  auto attempt = [&run](const char* what, const std::function<void()>& fn) {
-    try {
-      run.attempt(fn);
-    } catch (const std::exception& e) {
-      log::warn("{} fails on a two-layer model: {}", what, e.what());
-    }
-  };
   auto store = c10::make_intrusive<c10d::HashStore>();
   dist::ProcessGroup solo(store, 0, 1, torch::kCPU, dist::ProcessGroupOptions{});
   // Fresh layers for each exercise: hooks an exercise leaves behind cannot reach the next one.
@@ -179,23 +172,23 @@ void probe_exercises(LabRun& run) {
   };
   // The syncs get the runtime's layout here, so that each exercise is reached without the others.
   auto layout = [](const Tiny& m) { return dist::assign_buckets(m.params(), dist::BucketOptions{8, 8}); };
-  attempt("assign_buckets (04.1)", [&] { (void)lab04::assign_buckets(Tiny().params()); });
-  attempt("BucketedSync (04.1)", [&] {
+  run.probe("assign_buckets (04.1)", [&] { (void)lab04::assign_buckets(Tiny().params()); });
+  run.probe("BucketedSync (04.1)", [&] {
     Tiny m;
     lab04::BucketedSync s(solo, m.params(), layout(m));
     step(s, m, true);
   });
-  attempt("OverlapSync (04.2)", [&] {
+  run.probe("OverlapSync (04.2)", [&] {
     Tiny m;
     lab04::OverlapSync s(solo, m.params(), layout(m));
     step(s, m, true);
   });
-  attempt("unreached_parameters (04.3)", [&] {
+  run.probe("unreached_parameters (04.3)", [&] {
     Tiny m;
     (void)lab04::unreached_parameters(m.loss(false), {torch::autograd::impl::grad_accumulator(m.a->weight),
                                                       torch::autograd::impl::grad_accumulator(m.b->weight)});
   });
-  attempt("OverlapSync with find_unused (04.3)", [&] {
+  run.probe("OverlapSync with find_unused (04.3)", [&] {
     Tiny m;
     lab04::OverlapSync s(solo, m.params(), layout(m), /*find_unused=*/true);
     step(s, m, false);
@@ -298,11 +291,7 @@ int main(int argc, char** argv) {
     comm->set_observer([&log](dist::Op op, int64_t bytes, int64_t) { log.observe(op, bytes); });
     SyncFigures fig;
 
-    const int64_t B = run.batch(), G = run.global_batch();
-    const int64_t steps = static_cast<int64_t>(run.train_size()) / G;
-    if (steps == 0) {
-      throw ConfigError(fmt::format("--train-samples {} is smaller than one global batch of {}", run.train_size(), G));
-    }
+    const int64_t steps = run.whole_global_batches();
     run.start_training(model, steps);
     log::info0("sync {}{}: {} bucket(s) of {}{}", rung, built ? "" : " (not written yet: per-param instead)",
                sync->buckets().size(), list_mb(expected),
@@ -311,10 +300,8 @@ int main(int argc, char** argv) {
                                 : "");
 
     for (int64_t epoch = 0; epoch < run.options().epochs; ++epoch) {
-      const auto order = data::shuffled_order(run.train_size(), run.options().seed, static_cast<uint64_t>(epoch));
-      data::BatchLoader loader(run.train(), data::global_batch_slice(order, steps, B, run.rank(), run.world_size()), B,
-                               run.device());
-      run.run_epoch(epoch, loader, [&](const data::Batch& batch) {
+      auto loader = run.global_batch_loader(epoch, steps);
+      run.run_epoch(epoch, *loader, [&](const data::Batch& batch) {
         // The kit's step (train.h), written out to time the sync's parts: before_backward() is
         // DDP's prepare_for_backward (inside forward; find_unused's graph walk happens here),
         // finish() the exposed communication.

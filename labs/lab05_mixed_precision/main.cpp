@@ -35,15 +35,8 @@ struct Underflow {
 /// Each exercise once on a tiny model, so that a skeleton run lists every missing one; a failure
 /// other than a stub is reported and met again in training.
 void probe_exercises(LabRun& run) {
-  auto attempt = [&run](const char* what, const std::function<void()>& fn) {
-    try {
-      run.attempt(fn);
-    } catch (const std::exception& e) {
-      log::warn("{} fails on a tiny model: {}", what, e.what());
-    }
-  };
-  attempt("AutocastScope (05.1)", [] { lab05::AutocastScope s(torch::kCPU, torch::kBFloat16, false); });
-  attempt("LossScaler (05.2)", [] {
+  run.probe("AutocastScope (05.1)", [] { lab05::AutocastScope s(torch::kCPU, torch::kBFloat16, false); });
+  run.probe("LossScaler (05.2)", [] {
     torch::nn::Linear lin(2, 1);
     torch::optim::SGD opt(lin->parameters(), torch::optim::SGDOptions(0.1));
     lab05::LossScaler scaler;
@@ -51,7 +44,7 @@ void probe_exercises(LabRun& run) {
     scaler.step(opt, lin->parameters());
     scaler.update();
   });
-  attempt("share_found_inf (05.3)", [] { (void)lab05::share_found_inf(true, nullptr); });
+  run.probe("share_found_inf (05.3)", [] { (void)lab05::share_found_inf(true, nullptr); });
 }
 
 }  // namespace
@@ -98,11 +91,7 @@ int main(int argc, char** argv) {
     std::vector<Underflow> underflow;
     for (const auto& item : model->named_parameters()) underflow.push_back(Underflow{item.key()});
 
-    const int64_t B = run.batch(), G = run.global_batch();
-    const int64_t steps = static_cast<int64_t>(run.train_size()) / G;
-    if (steps == 0) {
-      throw ConfigError(fmt::format("--train-samples {} is smaller than one global batch of {}", run.train_size(), G));
-    }
+    const int64_t steps = run.whole_global_batches();
     run.start_training(model.ptr(), steps);
     log::info0("precision: forward in {}{}{}", autocast ? c10::toString(low) : "float32",
                scaler ? fmt::format(", loss scaling from {}", scaler->scale_value()) : ", no loss scaling",
@@ -111,10 +100,8 @@ int main(int argc, char** argv) {
     std::vector<double> scales;
     std::vector<int64_t> skipped, injected, injected_here;
     for (int64_t epoch = 0; epoch < run.options().epochs; ++epoch) {
-      const auto order = data::shuffled_order(run.train_size(), run.options().seed, static_cast<uint64_t>(epoch));
-      data::BatchLoader loader(run.train(), data::global_batch_slice(order, steps, B, run.rank(), run.world_size()), B,
-                               run.device());
-      run.run_epoch(epoch, loader, [&](const data::Batch& batch) {
+      auto loader = run.global_batch_loader(epoch, steps);
+      run.run_epoch(epoch, *loader, [&](const data::Batch& batch) {
         const int64_t s = run.global_step();
         StepTimer& timer = run.timer();
         optimizer.zero_grad();

@@ -34,16 +34,8 @@ struct Present {
 };
 
 Present probe_exercises(LabRun& run, dist::Communicator& comm) {
-  auto attempt = [&run](const char* what, const std::function<void()>& fn) {
-    try {
-      return run.attempt(fn);
-    } catch (const std::exception& e) {
-      log::warn("{} fails on a probe: {}", what, e.what());
-      return true;  // there, but wrong: the run meets the error again
-    }
-  };
   Present p;
-  p.schedule = attempt("the schedule (06.1)", [] {
+  p.schedule = run.probe("the schedule (06.1)", [] {
     torch::nn::Linear a(1, 1), b(1, 1);
     std::vector<torch::optim::OptimizerParamGroup> groups;
     groups.emplace_back(a->parameters(), std::make_unique<torch::optim::SGDOptions>(1.0));
@@ -54,7 +46,7 @@ Present probe_exercises(LabRun& run, dist::Communicator& comm) {
     (void)lab06::lr_at(s, 0);
     lab06::apply_schedules(sgd, {s, s}, 0);
   });
-  p.accumulator = attempt("the accumulator (06.2)", [&comm] {
+  p.accumulator = run.probe("the accumulator (06.2)", [&comm] {
     torch::nn::Linear lin(2, 1);
     auto sync = dist::make_grad_sync(dist::SyncStrategy::kPerParam, comm, lin->parameters());
     lab06::Accumulator acc(*sync, 1);
@@ -70,7 +62,7 @@ Present probe_exercises(LabRun& run, dist::Communicator& comm) {
     acc.begin_epoch(1);
     acc.micro_step(fns);
   });
-  p.global_batch = attempt("the global batch (06.3)", [] {
+  p.global_batch = run.probe("the global batch (06.3)", [] {
     (void)lab06::make_schedules(lab06::derive_global_batch(dist::Environment{}, 1, 1), lab06::LrFlags{});
   });
   return p;
@@ -177,13 +169,9 @@ int main(int argc, char** argv) {
     const std::vector<torch::Tensor> params = model->parameters();
     auto sync = dist::make_grad_sync(dist::SyncStrategy::kBucketed, *comm, params);
 
-    // Micro-steps: whole micro-batches of world x B; every rank takes the same number.
-    const int64_t micro_global = static_cast<int64_t>(world) * B;
-    const int64_t micro_steps = static_cast<int64_t>(run.train_size()) / micro_global;
-    if (micro_steps == 0) {
-      throw ConfigError(
-          fmt::format("--train-samples {} is smaller than one micro-batch of {} x {}", run.train_size(), world, B));
-    }
+    // Micro-steps: whole micro-batches of world x B (the runtime's global batch, k not counted);
+    // every rank takes the same number.
+    const int64_t micro_steps = run.whole_global_batches();
     run.start_training(model.ptr(), micro_steps);
 
     const int64_t k_used = have.accumulator ? accumulate : 1;
@@ -247,16 +235,14 @@ int main(int argc, char** argv) {
       optimizer->zero_grad();
     };
     for (int64_t epoch = 0; epoch < run.options().epochs; ++epoch) {
-      const auto order = data::shuffled_order(run.train_size(), run.options().seed, static_cast<uint64_t>(epoch));
-      data::BatchLoader loader(run.train(), data::global_batch_slice(order, micro_steps, B, run.rank(), world), B,
-                               run.device());
+      auto loader = run.global_batch_loader(epoch, micro_steps);
       // --max-steps ends the run inside an epoch: the accumulator is told the micro-steps it gets.
       int64_t this_epoch = micro_steps;
       if (run.options().max_steps > 0)
         this_epoch = std::clamp(run.options().max_steps - micro_taken, int64_t{0}, micro_steps);
       if (this_epoch == 0) break;
       if (acc) acc->begin_epoch(this_epoch);
-      run.run_epoch(epoch, loader, [&](const data::Batch& batch) {
+      run.run_epoch(epoch, *loader, [&](const data::Batch& batch) {
         current = &batch;
         samples += batch.labels.size(0);
         ++micro_taken;

@@ -33,6 +33,10 @@
 
 namespace ddplab {
 
+namespace nvml {
+class Sampler;
+}
+
 /// A lab program's own flags (--shard, --sync, ...), treated like the shared ones: each gets an
 /// environment fallback DDPLAB_<NAME> (--no-shuffle: DDPLAB_NO_SHUFFLE) and its parsed value is
 /// recorded in the run report's "config" (key "no_shuffle"), so a report says how it was made.
@@ -99,6 +103,15 @@ class LabRun {
   int64_t global_batch() const noexcept { return opts_.batch * env_.world_size; }
   /// Steps one epoch over `samples` takes at this rank's batch size (the last batch may be short).
   int64_t steps_per_epoch(uint64_t samples) const;
+  /// Steps of an epoch made of whole global batches (world size x --batch samples each), so that
+  /// every rank takes the same number of steps and none waits at a collective for a peer that ran
+  /// out of data; the rest of the split, fewer than one global batch, is left out. Throws
+  /// ConfigError if the training samples do not fill one global batch.
+  int64_t whole_global_batches() const;
+  /// The loader of epoch `epoch` for `steps` whole global batches: the epoch's shuffled order
+  /// (data::shuffled_order of --seed and the epoch) cut into global batches, this rank taking its
+  /// slice [rank x B, (rank + 1) x B) of each (data::global_batch_slice).
+  std::unique_ptr<data::BatchLoader> global_batch_loader(int64_t epoch, int64_t steps) const;
   /// Learning rate for this run's global batch (--lr, scaled unless --no-lr-scaling).
   double lr() const { return opts_.effective_lr(global_batch()); }
   StepTimer& timer() noexcept { return timer_; }
@@ -152,6 +165,10 @@ class LabRun {
   /// Runs `exercise` (code that calls the student's functions). If a stub throws NotImplemented,
   /// records it and returns false, so the driver can carry on without that exercise.
   bool attempt(const std::function<void()>& exercise);
+  /// attempt() for a probe that tries an exercise once on something tiny before training: a stub
+  /// is recorded (returns false); any other error is logged as a warning naming `what` and the
+  /// exercise counts as present (returns true), so that training meets the error again.
+  bool probe(const char* what, const std::function<void()>& exercise);
   /// Records the evaluation result (compared with the teacher's in the summary and report).
   void set_eval(const EvalResult& r);
   /// Every rank holds the same model: rank 0 evaluates it for the job, the others wait for it.
@@ -161,6 +178,9 @@ class LabRun {
   /// rank as soon as one exits with a non-zero status (3: not attempted), so a rank still working
   /// would lose its report. Nothing to do for a single process.
   void finish_together();
+  /// The report's "utilization" section: the phase timers' busy fraction (compute / wall) and,
+  /// on CUDA, NVML's median GPU utilization over the training ("source": "nvml" when sampled).
+  nlohmann::json utilization() const;
   /// Writes the report, the timeline (--trace) and the summary; saves the model if asked.
   /// Returns the exit status.
   int finish();
@@ -189,7 +209,8 @@ class LabRun {
   std::shared_ptr<torch::nn::Module> model_;
   std::string initial_digest_;
   std::optional<EvalResult> eval_;
-  std::set<std::string> missing_;  // exercises recorded as not attempted
+  std::set<std::string> missing_;        // exercises recorded as not attempted
+  std::unique_ptr<nvml::Sampler> nvml_;  // CUDA only: the device's utilization, sampled during training
 };
 
 /// What a lab program is: its name, one-line description, extra flags, and its body.

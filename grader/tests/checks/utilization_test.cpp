@@ -31,6 +31,45 @@ TEST_F(UtilizationCheck, FailsOnTheIdleRank) {
   EXPECT_NE(r.observed.find("50.0% on rank 1"), std::string::npos) << r.observed;
 }
 
+TEST_F(UtilizationCheck, TheOutputNamesThePhaseTimersOnCpu) {
+  add_run("r", {good_report(), good_report()});
+  const auto r = grade("busy");
+  EXPECT_NE(r.observed.find("busy fraction (compute / wall from the phase timers) 87.5% on rank 0"), std::string::npos)
+      << r.observed;
+}
+
+json with_nvml(double gpu_median, int64_t samples) {
+  auto rep = good_report();  // the phase timers say 87.5 %
+  rep["utilization"] = {{"source", "nvml"},
+                        {"busy", 0.875},
+                        {"gpu_median", gpu_median},
+                        {"nvml", {{"available", true}, {"samples", samples}, {"gpu_median", 100 * gpu_median}}}};
+  return rep;
+}
+
+TEST_F(UtilizationCheck, OnCudaNvmlDecidesAndTheOutputSaysSo) {
+  // A GPU that idles while the CPU-side timers look busy (e.g. a host-bound input pipeline):
+  // NVML's figure is the one graded.
+  add_run("r", {with_nvml(0.92, 40), with_nvml(0.35, 41)});
+  const auto r = grade("busy");
+  EXPECT_TRUE(has(r, Status::kFailed, "the device idles"));
+  EXPECT_DOUBLE_EQ(*r.figure, 0.35);
+  EXPECT_NE(r.observed.find("GPU utilization (NVML, median of 41 samples) 35.0% on rank 1"), std::string::npos)
+      << r.observed;
+}
+
+TEST_F(UtilizationCheck, NvmlUnavailableFallsBackToThePhaseTimers) {
+  auto rep = good_report();
+  rep["utilization"] = {{"source", "phase_timers"},
+                        {"busy", 0.875},
+                        {"nvml", {{"available", false}, {"why", "libnvidia-ml.so.1 could not be loaded"}}}};
+  add_run("r", {rep, with_nvml(0.95, 10)});
+  const auto r = grade("busy");
+  EXPECT_TRUE(has(r, Status::kPassed));
+  EXPECT_DOUBLE_EQ(*r.figure, 0.875);
+  EXPECT_NE(r.observed.find("1 of 2 ranks had NVML"), std::string::npos) << r.observed;
+}
+
 TEST_F(UtilizationCheck, AMistypedFigureIsMalformed) {
   auto rep = good_report();
   rep["phases"]["wall"] = "four";
