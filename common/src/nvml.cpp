@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "ddplab/log.h"
+#include "ddplab/timer.h"
 
 namespace ddplab::nvml {
 namespace {
@@ -25,13 +26,6 @@ struct nvmlMemory_t {
   unsigned long long free;
   unsigned long long used;
 };
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 }  // namespace
 
@@ -170,8 +164,10 @@ Summary Sampler::summary() const {
     s.memory_used_peak = std::max(s.memory_used_peak, x.memory_used_bytes);
   }
   s.samples = static_cast<int64_t>(gpu.size());
-  s.gpu_median = median(gpu);
-  s.memory_median = median(mem);
+  if (!gpu.empty()) {
+    s.gpu_median = median(gpu);  // ddplab/timer.h
+    s.memory_median = median(mem);
+  }
   return s;
 }
 
