@@ -34,8 +34,10 @@ TEST(Lab06Schedule, TargetIsBaseTimesOneKOrSqrtK) {
   EXPECT_DOUBLE_EQ(lab06::target_lr(schedule(Rule::kLinear, 4096)), 8e-3);
   EXPECT_DOUBLE_EQ(lab06::target_lr(schedule(Rule::kSqrt, 4096)), 1e-3 * std::sqrt(8.0));
   // k below 1, and k not a whole number: the ratio is taken in double.
-  EXPECT_DOUBLE_EQ(lab06::target_lr(schedule(Rule::kLinear, 256)), 5e-4);
-  EXPECT_DOUBLE_EQ(lab06::target_lr(schedule(Rule::kLinear, 768)), 1.5e-3);
+  EXPECT_DOUBLE_EQ(lab06::target_lr(schedule(Rule::kLinear, 256)), 5e-4)
+      << "k = 256 / 512 = 0.5: the ratio is taken in double";
+  EXPECT_DOUBLE_EQ(lab06::target_lr(schedule(Rule::kLinear, 768)), 1.5e-3)
+      << "k = 768 / 512 = 1.5: the ratio is taken in double";
   EXPECT_DOUBLE_EQ(lab06::target_lr(schedule(Rule::kSqrt, 128)), 5e-4);
 }
 
