@@ -153,6 +153,43 @@ TEST(ProcessGroup, MissingPeerTimesOutNamingWhatEachRankLastEntered) {
   }
 }
 
+TEST(RunRanks, RethrowsTheCauseNotAPeersLostConnection) {
+  // When one thread-rank fails its process group closes while unwinding, and a peer in a
+  // collective then fails with Gloo's "Connection closed by peer" - often before the first rank's
+  // catch runs. The test must report the cause: a stub's NotImplemented (seen in CI: a skeleton's
+  // test reported as "Connection closed by peer", so the skeleton check failed), or else the
+  // rank's own error, whichever rank it was on and whenever it was caught.
+  auto failure_of = [](auto fn) {
+    try {
+      run_ranks(2, fn);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no failure");
+  };
+  const auto peer_left = [] {
+    throw std::runtime_error("[./gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:25826");
+  };
+  EXPECT_NE(failure_of([&](ProcessGroup& pg) {
+              if (pg.rank() == 0) peer_left();
+              std::this_thread::sleep_for(std::chrono::milliseconds(100));
+              throw ddplab::NotImplemented("06.2");
+            }).find("exercise 06.2 is not implemented yet"),
+            std::string::npos);
+  EXPECT_NE(failure_of([&](ProcessGroup& pg) {
+              if (pg.rank() == 0) peer_left();
+              std::this_thread::sleep_for(std::chrono::milliseconds(100));
+              DDPLAB_THROW(ddplab::Error, "shape mismatch in the student's code");
+            }).find("shape mismatch"),
+            std::string::npos);
+  EXPECT_NE(failure_of([&](ProcessGroup& pg) {
+              if (pg.rank() == 1) throw ddplab::NotImplemented("06.3");
+              DDPLAB_THROW(ddplab::Error, "an assertion of rank 0");
+            }).find("exercise 06.3"),
+            std::string::npos)
+      << "a stub's NotImplemented outranks another error: the grader reads it as not attempted";
+}
+
 TEST(ProcessGroup, AWriteToAPeerThatLeftIsAnErrorNotSigpipe) {
   // Gloo writes to peer sockets without MSG_NOSIGNAL: when a peer has gone (it failed first), the
   // write raises SIGPIPE, whose default action kills the whole program before any error names the
