@@ -4,7 +4,11 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
+
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 
 #include <fmt/format.h>
 
@@ -51,5 +55,41 @@ std::string human_bytes(uint64_t bytes) {
   }
   return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, kUnits[u]);
 }
+
+// The hook: c10's allocators call reportMemoryUsageToProfiler(ptr, +/-bytes, ...) for each
+// allocation and free when the thread's debug info of kind PROFILER_STATE says memory profiling is
+// on; DebugInfoGuard installs ours for this thread, and LibTorch carries it to its worker threads
+// (ThreadLocalState), as it does for the profiler.
+struct Tracker::Impl : c10::MemoryReportingInfoBase {
+  explicit Impl(c10::DeviceType type) : type(type) {}
+  void reportMemoryUsage(void*, int64_t alloc_size, int64_t, int64_t, c10::Device device) override {
+    if (device.type() != type) return;
+    events.fetch_add(1, std::memory_order_relaxed);
+    const int64_t now = live.fetch_add(alloc_size, std::memory_order_relaxed) + alloc_size;
+    int64_t p = peak.load(std::memory_order_relaxed);
+    while (now > p && !peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
+    }
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+  c10::DeviceType type;
+  std::atomic<int64_t> live{0}, peak{0}, events{0};
+};
+
+struct TrackerGuard {
+  explicit TrackerGuard(std::shared_ptr<c10::DebugInfoBase> info)
+      : guard(c10::DebugInfoKind::PROFILER_STATE, std::move(info)) {}
+  c10::DebugInfoGuard guard;
+};
+
+Tracker::Tracker(bool cuda) : impl_(std::make_shared<Impl>(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU)) {
+  guard_ = std::make_unique<TrackerGuard>(impl_);
+}
+
+Tracker::~Tracker() = default;
+
+int64_t Tracker::live_bytes() const { return impl_->live.load(); }
+int64_t Tracker::peak_bytes() const { return impl_->peak.load(); }
+void Tracker::reset_peak() { impl_->peak.store(impl_->live.load()); }
+int64_t Tracker::events() const { return impl_->events.load(); }
 
 }  // namespace ddplab::memory

@@ -307,6 +307,29 @@ void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in) {
   wait(backend_->alltoall_base(out, i, equal, equal), Op::kAllToAll);
 }
 
+void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& out_splits,
+                              const std::vector<int64_t>& in_splits) {
+  auto check = [&](const std::vector<int64_t>& splits, const torch::Tensor& t, const char* which) {
+    DDPLAB_CHECK(static_cast<int>(splits.size()) == size_,
+                 fmt::format("all_to_all on rank {}: {} split sizes for {} ranks", rank_, splits.size(), size_));
+    int64_t sum = 0;
+    for (int64_t n : splits) {
+      DDPLAB_CHECK(n >= 0, fmt::format("all_to_all on rank {}: a negative {} split size ({})", rank_, which, n));
+      sum += n;
+    }
+    DDPLAB_CHECK(t.dim() > 0 && sum == t.size(0),
+                 fmt::format("all_to_all on rank {}: the {} split sizes add up to {} rows, the {} tensor has {}", rank_,
+                             which, sum, which, t.dim() > 0 ? t.size(0) : 0));
+  };
+  check(in_splits, in, "input");
+  check(out_splits, out, "output");
+  Recorder r(*this, Op::kAllToAll, nbytes(in));
+  note_entered(Op::kAllToAll, stats_.sequence, stats_.last_bytes);
+  at::Tensor i = in;
+  std::vector<int64_t> o_splits = out_splits, i_splits = in_splits;
+  wait(backend_->alltoall_base(out, i, o_splits, i_splits), Op::kAllToAll);
+}
+
 void ProcessGroup::send(const torch::Tensor& t, int dst, int tag) {
   Recorder r(*this, Op::kSend, nbytes(t));
   note_entered(Op::kSend, stats_.sequence, stats_.last_bytes);

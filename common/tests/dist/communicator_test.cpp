@@ -90,6 +90,51 @@ TEST_P(Collectives, BroadcastAllgatherAllToAll) {
   });
 }
 
+TEST_P(Collectives, UnevenAllToAllDeliversEachRanksRowsInRankOrder) {
+  // Rank r sends (j + 1) rows to rank j, each row [r, j, k]: rank p receives p + 1 rows from
+  // every rank, in rank order, counted as the bytes of its input.
+  const int world = GetParam();
+  run_ranks(world, [world](ProcessGroup& pg) {
+    const int me = pg.rank();
+    std::vector<int64_t> in_splits, out_splits;
+    std::vector<torch::Tensor> rows;
+    for (int j = 0; j < world; ++j) {
+      in_splits.push_back(j + 1);
+      out_splits.push_back(me + 1);
+      for (int k = 0; k <= j; ++k) rows.push_back(torch::tensor({me, j, k}, torch::kFloat));
+    }
+    const auto in = torch::stack(rows);
+    auto out = torch::empty({world * (me + 1), 3});
+    const auto before = pg.stats().ops[static_cast<int>(ddplab::dist::Op::kAllToAll)];
+    pg.all_to_all(out, in, out_splits, in_splits);
+    for (int r = 0; r < world; ++r) {
+      for (int k = 0; k <= me; ++k) {
+        EXPECT_TRUE(torch::equal(out[r * (me + 1) + k], torch::tensor({r, me, k}, torch::kFloat)))
+            << "row " << k << " from rank " << r << " on rank " << me;
+      }
+    }
+    const auto after = pg.stats().ops[static_cast<int>(ddplab::dist::Op::kAllToAll)];
+    EXPECT_EQ(after.calls - before.calls, 1);
+    EXPECT_EQ(after.bytes - before.bytes, in.numel() * 4);
+  });
+}
+
+TEST(ProcessGroup, UnevenAllToAllNamesSplitsThatDoNotFitTheTensor) {
+  run_ranks(1, [](ProcessGroup& pg) {
+    auto out = torch::empty({4});
+    try {
+      pg.all_to_all(out, torch::ones({4}), {4}, {3});
+      FAIL() << "no error";
+    } catch (const ddplab::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("all_to_all on rank 0: the input split sizes add up to 3 rows, the input "
+                                           "tensor has 4"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(pg.all_to_all(out, torch::ones({4}), {2, 2}, {4}), ddplab::Error) << "two splits for one rank";
+  });
+}
+
 class Ring : public ::testing::TestWithParam<int> {};
 
 TEST_P(Ring, SendRecvPassesToTheNextRank) {

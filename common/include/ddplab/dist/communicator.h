@@ -77,6 +77,13 @@ class Communicator {
   /// Splits `in` along dim 0 into size() equal chunks; chunk r goes to rank r; `out` receives
   /// chunk `rank()` of every rank, in rank order (same shape as `in`).
   virtual void all_to_all(torch::Tensor& out, const torch::Tensor& in) = 0;
+  /// Uneven all-to-all along dim 0 (c10d's alltoall_base with split sizes): the first
+  /// in_splits[0] rows of `in` go to rank 0, the next in_splits[1] to rank 1, ...; `out` receives
+  /// out_splits[r] rows from each rank r, in rank order. Rank r's in_splits[j] must equal rank j's
+  /// out_splits[r], or the ranks exchange the wrong rows (Gloo may not notice). Counted like the
+  /// even one: the call and the bytes of `in`.
+  virtual void all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& out_splits,
+                          const std::vector<int64_t>& in_splits) = 0;
   virtual void send(const torch::Tensor& t, int dst, int tag = 0) = 0;
   virtual void recv(torch::Tensor& t, int src, int tag = 0) = 0;
   virtual void barrier() = 0;

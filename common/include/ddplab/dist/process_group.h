@@ -49,6 +49,10 @@ class ProcessGroup final : public Communicator {
   void broadcast(torch::Tensor& t, int root) override;
   void allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) override;
   void all_to_all(torch::Tensor& out, const torch::Tensor& in) override;
+  /// Checks the split sizes against the tensors (rank, sizes and sums in the error) before the
+  /// exchange.
+  void all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& out_splits,
+                  const std::vector<int64_t>& in_splits) override;
   void send(const torch::Tensor& t, int dst, int tag = 0) override;
   void recv(torch::Tensor& t, int src, int tag = 0) override;
   void barrier() override;
