@@ -7,8 +7,10 @@
 #include <atomic>
 #include <fstream>
 
+#include <mutex>
+
 #include <c10/core/Allocator.h>
-#include <c10/util/ThreadLocalDebugInfo.h>
+#include <c10/core/CPUAllocator.h>
 
 #include <fmt/format.h>
 
@@ -56,40 +58,112 @@ std::string human_bytes(uint64_t bytes) {
   return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, kUnits[u]);
 }
 
-// The hook: c10's allocators call reportMemoryUsageToProfiler(ptr, +/-bytes, ...) for each
-// allocation and free when the thread's debug info of kind PROFILER_STATE says memory profiling is
-// on; DebugInfoGuard installs ours for this thread, and LibTorch carries it to its worker threads
-// (ThreadLocalState), as it does for the profiler.
-struct Tracker::Impl : c10::MemoryReportingInfoBase {
-  explicit Impl(c10::DeviceType type) : type(type) {}
-  void reportMemoryUsage(void*, int64_t alloc_size, int64_t, int64_t, c10::Device device) override {
-    if (device.type() != type) return;
+// CPU: a counting allocator in front of LibTorch's CPU allocator, installed once (for the life of
+// the process: tensors it handed out hold its deleter). Every tensor allocated after that is
+// counted when it is made and when it is freed, on whatever thread either happens: Gloo's worker
+// threads drop the last reference to a collective's tensors as often as the caller does, so a
+// per-thread count (c10's profiler hook, tried first) drifts upward by every free it misses.
+namespace {
+
+struct Counts {
+  std::atomic<int64_t> live{0}, peak{0}, events{0};
+  void add(int64_t n) {
     events.fetch_add(1, std::memory_order_relaxed);
-    const int64_t now = live.fetch_add(alloc_size, std::memory_order_relaxed) + alloc_size;
+    const int64_t now = live.fetch_add(n, std::memory_order_relaxed) + n;
     int64_t p = peak.load(std::memory_order_relaxed);
     while (now > p && !peak.compare_exchange_weak(p, now, std::memory_order_relaxed)) {
     }
   }
-  bool memoryProfilingEnabled() const override { return true; }
-  c10::DeviceType type;
-  std::atomic<int64_t> live{0}, peak{0}, events{0};
 };
 
-struct TrackerGuard {
-  explicit TrackerGuard(std::shared_ptr<c10::DebugInfoBase> info)
-      : guard(c10::DebugInfoKind::PROFILER_STATE, std::move(info)) {}
-  c10::DebugInfoGuard guard;
+Counts& counts() {
+  static Counts* c = new Counts();  // never destroyed: frees may come during static destruction
+  return *c;
+}
+
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
+  c10::DataPtr allocate(size_t n) const override {
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    auto* ctx = new Held{std::move(inner), static_cast<int64_t>(n)};
+    counts().add(ctx->bytes);
+    return {data, ctx, &CountingAllocator::release, c10::Device(c10::DeviceType::CPU)};
+  }
+
+ private:
+  struct Held {
+    c10::DataPtr inner;  // frees the memory through the base allocator's deleter
+    int64_t bytes;
+  };
+  static void release(void* ctx) {
+    auto* h = static_cast<Held*>(ctx);
+    counts().add(-h->bytes);
+    delete h;
+  }
+  c10::Allocator* base_;
 };
 
-Tracker::Tracker(bool cuda) : impl_(std::make_shared<Impl>(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU)) {
-  guard_ = std::make_unique<TrackerGuard>(impl_);
+void install_counting_allocator() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static CountingAllocator* alloc = new CountingAllocator(c10::GetCPUAllocator());
+    c10::SetCPUAllocator(alloc, /*priority=*/1);  // above the default allocator's 0
+  });
+}
+
+int64_t device_live(bool cuda) {
+#ifdef DDPLAB_HAVE_CUDA
+  if (cuda) {
+    const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+    return st.allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].current;
+  }
+#endif
+  (void)cuda;
+  return counts().live.load();
+}
+
+}  // namespace
+
+struct Tracker::Impl {
+  bool cuda = false;
+  int64_t base_live = 0, base_events = 0;
+};
+
+Tracker::Tracker(bool cuda) : impl_(std::make_shared<Impl>()) {
+  impl_->cuda = cuda;
+  if (!cuda) install_counting_allocator();
+  impl_->base_live = device_live(cuda);
+  impl_->base_events = counts().events.load();
+  reset_peak();
 }
 
 Tracker::~Tracker() = default;
 
-int64_t Tracker::live_bytes() const { return impl_->live.load(); }
-int64_t Tracker::peak_bytes() const { return impl_->peak.load(); }
-void Tracker::reset_peak() { impl_->peak.store(impl_->live.load()); }
-int64_t Tracker::events() const { return impl_->events.load(); }
+int64_t Tracker::live_bytes() const { return device_live(impl_->cuda) - impl_->base_live; }
+
+int64_t Tracker::peak_bytes() const {
+#ifdef DDPLAB_HAVE_CUDA
+  if (impl_->cuda) {
+    const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+    return st.allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].peak -
+           impl_->base_live;
+  }
+#endif
+  return counts().peak.load() - impl_->base_live;
+}
+
+void Tracker::reset_peak() {
+#ifdef DDPLAB_HAVE_CUDA
+  if (impl_->cuda) {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(0);
+    return;
+  }
+#endif
+  counts().peak.store(counts().live.load());
+}
+
+int64_t Tracker::events() const { return counts().events.load() - impl_->base_events; }
 
 }  // namespace ddplab::memory

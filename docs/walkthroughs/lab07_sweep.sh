@@ -35,6 +35,8 @@ if [[ " $PARTS " == *" memory "* ]]; then
   for d in 16 64 256; do
     EVAL=1000 run mem_dp_d$d 2 --embedding-dim "$d" --batch 512 --train-samples 8192 --max-steps 5
     EVAL=1000 run mem_dprec_d$d 2 --embedding-dim "$d" --recompute --batch 512 --train-samples 8192 --max-steps 5
+    EVAL=1000 run mem_dpbf16_d$d 2 --embedding-dim "$d" --autocast --recompute --batch 512 --train-samples 8192 \
+      --max-steps 5
     EVAL=1000 run mem_sharded_d$d 2 --mode sharded --embedding-dim "$d" --batch 512 --train-samples 8192 --max-steps 5
   done
 fi
@@ -74,7 +76,8 @@ print()
 print("| D | run | peak tensor MiB per rank (rank 0, rank 1) | parameters MiB (rank 0) | optimizer state MiB | activations held MiB | step ms (median) |")
 print("|---|---|---|---|---|---|---|")
 for d in (16, 64, 256):
-    for kind, label in (("dp", "data parallel"), ("dprec", "data parallel + recompute"), ("sharded", "table-wise sharded")):
+    for kind, label in (("dp", "data parallel"), ("dprec", "data parallel + recompute"),
+                        ("dpbf16", "data parallel + bf16 autocast + recompute"), ("sharded", "table-wise sharded")):
         r = reports(f"mem_{kind}_d{d}")
         if not r or r[0]["status"] != "ok":
             print(f"| {d} | {label} | failed |"); continue

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "ddplab/amp.h"
 #include "ddplab/data/schema.h"
 #include "ddplab/deepfm.h"
 #include "ddplab/dist/communicator.h"
@@ -144,10 +145,40 @@ torch::Tensor sharded_lookup(ddplab::dist::Communicator& comm, const ShardLayout
 
 // ---- 07.4: recomputation ----
 
+/// Autocast on `device` switched to `enabled` (in the course's low precision: bfloat16 on CPU,
+/// float16 on CUDA) for the scope's lifetime, then restored (given; lab 05's 05.1 builds the same
+/// scope). The driver's --autocast runs the forward in one; recompute's backward needs one to run
+/// the forward again as the forward ran.
+class AutocastAs {
+ public:
+  AutocastAs(torch::DeviceType device, bool enabled)
+      : device_(device), was_(ddplab::amp::autocast_enabled(device)), dtype_(ddplab::amp::autocast_dtype(device)) {
+    if (enabled) ddplab::amp::set_autocast_dtype(device, ddplab::amp::low_precision_dtype(device));
+    ddplab::amp::set_autocast_enabled(device, enabled);
+    ddplab::amp::increment_nesting();
+  }
+  ~AutocastAs() {
+    if (ddplab::amp::decrement_nesting() == 0) ddplab::amp::clear_cache();
+    ddplab::amp::set_autocast_enabled(device_, was_);
+    if (ddplab::amp::autocast_dtype(device_) != dtype_) ddplab::amp::set_autocast_dtype(device_, dtype_);
+  }
+  AutocastAs(const AutocastAs&) = delete;
+  AutocastAs& operator=(const AutocastAs&) = delete;
+
+ private:
+  torch::DeviceType device_;
+  bool was_;
+  torch::ScalarType dtype_;
+};
+
 /// 07.4. The MLP with recomputation: forward keeps only its input x (no activations of the MLP
 /// stay alive between forward and backward); backward runs the MLP's forward again on x with
 /// gradients on and backpropagates the incoming gradient through it, so the MLP's parameters get
-/// their gradients and x gets its own. Gradients equal those of mlp->forward(x).
+/// their gradients and x gets its own - under the autocast state the forward ran with (saved for
+/// you; AutocastAs), since backward runs after the forward's autocast scope has ended. Gradients
+/// equal those of mlp->forward(x). x must require grad (in DeepFM it comes from the embeddings): the
+/// parameters are not inputs of the autograd function, so, as with PyTorch's reentrant checkpoint,
+/// an input without a gradient gives an output without a graph.
 torch::Tensor recompute(torch::nn::Sequential& mlp, const torch::Tensor& x);
 
 }  // namespace lab07

@@ -150,7 +150,7 @@ std::vector<double> gather_doubles(dist::Communicator& comm, double x) {
 int main(int argc, char** argv) {
   std::string mode = "dp", optimizer_name = "adam";
   int64_t micro_batches = 4, embedding_dim = 16, memory_mb = 0;
-  bool use_recompute = false;
+  bool use_recompute = false, autocast = false;
   LabProgram program;
   program.name = DDPLAB_LAB_NAME;
   program.description = "Lab 07: the model-parallel trap — layer split, pipeline, table-wise sharding, recomputation";
@@ -168,6 +168,8 @@ int main(int argc, char** argv) {
              "fails with out of device memory")
         ->check(CLI::NonNegativeNumber);
     f.flag("--recompute", use_recompute, "Run the MLP through recompute() (07.4) in --mode dp and sharded");
+    f.flag("--autocast", autocast,
+           "Forward pass of --mode dp and sharded in the device's low precision (bfloat16 on CPU, float16 on CUDA)");
     f.option("--optimizer", optimizer_name,
              "adam (the kit's) or sgd (plain; every gradient error shows in the weights)")
         ->check(CLI::IsMember({"adam", "sgd"}));
@@ -186,6 +188,7 @@ int main(int argc, char** argv) {
       throw ConfigError(fmt::format("--mode {} splits the model in two stages: launch 2 ranks, not {}", mode, world));
     }
     if (use_recompute && split) throw ConfigError("--recompute applies to --mode dp and sharded");
+    if (autocast && split) throw ConfigError("--autocast applies to --mode dp and sharded");
     if (m > run.batch()) {
       throw ConfigError(fmt::format("--micro-batches {} is more than the --batch of {} samples", m, run.batch()));
     }
@@ -421,7 +424,10 @@ int main(int argc, char** argv) {
           if (forwards_before_first_backward != m) gpipe_order = false;
         } else {
           torch::Tensor l;
-          timed(Phase::kForward, [&] { l = dp_forward(batch); });
+          timed(Phase::kForward, [&] {
+            lab07::AutocastAs cast(run.device().type(), autocast);
+            l = dp_forward(batch);
+          });
           note_held();
           sync->before_backward(l);
           timed(Phase::kBackward, [&] { l.backward(); });
@@ -447,6 +453,7 @@ int main(int argc, char** argv) {
                          {"steps", steps_taken},
                          {"micro_batches", m},
                          {"recompute", use_recompute && have.recompute},
+                         {"autocast", autocast},
                          {"step_batch", step_batch},
                          {"lr", lr}};
     auto per_step = [&](dist::Op op) {

@@ -176,6 +176,7 @@ struct ShardedLookupFn : public torch::autograd::Function<ShardedLookupFn> {
 struct RecomputeFn : public torch::autograd::Function<RecomputeFn> {
   static torch::Tensor forward(AutogradContext* ctx, torch::Tensor x, torch::nn::SequentialImpl* mlp) {
     ctx->saved_data["mlp"] = reinterpret_cast<int64_t>(mlp);
+    ctx->saved_data["autocast"] = ddplab::amp::autocast_enabled(x.device().type());
     // BEGIN STUDENT CODE (07.4: forward, keeping only the input)
     ctx->save_for_backward({x});
     return mlp->forward(x);  // autograd functions run forward without recording a graph
@@ -184,11 +185,13 @@ struct RecomputeFn : public torch::autograd::Function<RecomputeFn> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     [[maybe_unused]] auto* mlp = reinterpret_cast<torch::nn::SequentialImpl*>(ctx->saved_data["mlp"].toInt());
+    [[maybe_unused]] const bool autocast = ctx->saved_data["autocast"].toBool();  // the forward's state
     torch::Tensor grad_x;
     // BEGIN STUDENT CODE (07.4: backward, recomputing the forward)
     const torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
     {
       torch::AutoGradMode enable(true);
+      AutocastAs cast(x.device().type(), autocast);  // as the forward ran
       const torch::Tensor y = mlp->forward(x);
       torch::autograd::backward({y}, {grads[0]});
     }

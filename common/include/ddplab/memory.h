@@ -18,13 +18,13 @@ uint64_t cuda_peak_allocated_bytes();
 /// "512.0 MiB" style.
 std::string human_bytes(uint64_t bytes);
 
-/// Tensor memory of this thread, measured: while a Tracker lives, the CPU allocator reports every
-/// allocation and free of a LibTorch tensor made on the thread that created the tracker (and on
-/// the threads LibTorch runs its work on for it) - c10's memory-reporting hook, the one the
-/// profiler's profile_memory uses - and the tracker keeps the live bytes and their peak.
-/// `cuda`: count the CUDA caching allocator's reports instead, which use the same hook (not yet
-/// run on a GPU). One tracker per thread (a newer one replaces it until it ends); a tensor made
-/// before it is not counted (create it before the model), nor are other threads' tensors.
+/// Tensor memory of this process, measured. On CPU the first tracker puts a counting allocator in
+/// front of LibTorch's CPU allocator (for the rest of the process), so every tensor allocated from
+/// then on is counted when it is made and when it is freed, on any thread - a process's tensors
+/// are its "device memory". A tracker reads the count relative to its start: tensors made before
+/// it are not in live_bytes(). On CUDA it reads the caching allocator's statistics of device 0
+/// instead (allocated bytes, current and peak; not yet run on a GPU). One tracker measures peaks at
+/// a time: reset_peak() restarts the process's peak.
 class Tracker {
  public:
   explicit Tracker(bool cuda = false);
@@ -38,13 +38,12 @@ class Tracker {
   int64_t peak_bytes() const;
   /// Starts a new peak at the current live bytes (e.g. at the start of a step).
   void reset_peak();
-  /// Allocations and frees seen (a test that the hook is connected).
+  /// Allocations and frees counted since the tracker started (CPU).
   int64_t events() const;
 
  private:
   struct Impl;
   std::shared_ptr<Impl> impl_;
-  std::unique_ptr<struct TrackerGuard> guard_;
 };
 
 }  // namespace ddplab::memory

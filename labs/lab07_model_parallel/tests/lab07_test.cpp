@@ -321,6 +321,30 @@ TEST(Lab07Recompute, GradientsEqualThePlainMlps) {
   }
 }
 
+TEST(Lab07Recompute, RecomputesUnderTheAutocastTheForwardRanWith) {
+  // The forward runs in a bfloat16 autocast scope that has ended when backward runs: the
+  // recomputed forward must be the bfloat16 one, or its gradients are those of another function.
+  DeepFM model;
+  auto plain = mlp_of(model), rec = mlp_of(model);
+  torch::manual_seed(6);
+  const torch::Tensor x = torch::randn({16, 429}, torch::requires_grad());
+  torch::Tensor y_plain, y_rec;
+  {
+    lab07::AutocastAs cast(torch::kCPU, true);
+    y_plain = plain->forward(x);
+    y_rec = lab07::recompute(rec, x);
+  }
+  ASSERT_EQ(y_rec.scalar_type(), torch::kBFloat16) << "the forward ran in autocast";
+  y_plain.sum().backward();
+  y_rec.sum().backward();
+  const auto p = plain->parameters(), q = rec->parameters();
+  for (size_t i = 0; i < p.size(); ++i) {
+    ASSERT_TRUE(q[i].grad().defined()) << "parameter " << i;
+    EXPECT_LT((p[i].grad() - q[i].grad()).abs().max().item<double>(), 1e-6)
+        << "parameter " << i << ": recompute under the forward's autocast state (AutocastAs)";
+  }
+}
+
 TEST(Lab07Recompute, KeepsNoActivationsOfTheMlpUntilBackward) {
   // Measured with the tensor-memory tracker: what is alive between forward and backward, beyond
   // the input (made before the tracker) and the output.
