@@ -1,6 +1,7 @@
-// `ddplab data gen | verify | stats`: make the ctr-small data set, check it byte by byte, and show
-// what is in it. gen is also the generator's benchmark: it prints OK/FAILED against the rate
-// target but keeps exit status 0, since the data it wrote is good either way.
+// `ddplab data gen | verify | stats | import criteo | export tsv`: make the ctr-small data set,
+// check it byte by byte, show what is in it, and convert Criteo-layout text to and from shards.
+// gen and import are also benchmarks: they print OK/FAILED against their rate targets but keep
+// exit status 0, since the data they wrote is good either way.
 #include <memory>
 #include <string>
 #include <utility>
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "ddplab/data/criteo.h"
 #include "ddplab/data/schema.h"
 #include "ddplab/data/shard.h"
 #include "ddplab/metrics.h"
@@ -23,6 +25,8 @@ namespace d = ddplab::data;
 // Generation target in samples/s per thread, where that rate is (train + test samples) / (wall
 // seconds of generating and writing x generator threads): the disk counts, the setup does not.
 constexpr double kTargetRatePerThread = 500000.0;
+// Criteo import target: MB of text parsed per second per parsing thread (issue 16).
+constexpr double kImportTargetMBps = 100.0;
 
 // A whole number >= min; CLI11's own range checks print the bound as a 300-digit double.
 CLI::Validator at_least(uint64_t min) {
@@ -46,6 +50,40 @@ struct VerifyOptions {
 struct StatsOptions {
   std::string dir;
 };
+
+struct ImportOptions {
+  d::CriteoImportOptions imp;
+  std::string map = "hash";
+};
+
+struct ExportOptions {
+  std::string dir, out, split = "train";
+  uint64_t limit = 0;
+};
+
+void run_import(ImportOptions& o) {
+  o.imp.map = o.map == "vocabulary" ? d::CategoricalMap::kVocabulary : d::CategoricalMap::kHash;
+  fmt::print("ddplab data import criteo: {} file(s), categoricals by {}, test fraction {:g} -> {}\n",
+             o.imp.inputs.size(), o.map, o.imp.test_fraction, o.imp.out_dir);
+  const d::CriteoImportResult r = d::import_criteo(o.imp);
+  const bool ok = r.mb_per_s_per_thread >= kImportTargetMBps;
+  fmt::print("  lines                  {} ({} malformed, skipped)\n", r.lines, r.skipped);
+  fmt::print("  samples                train {}, test {}\n", r.meta.train_count, r.meta.test_count);
+  fmt::print("  dense values clamped   {} (above {}, the shard format's range)\n", r.clamped, d::kMaxDenseCount);
+  fmt::print("  click rate             train {:.4f}, test {:.4f}\n", r.meta.train_click_rate, r.meta.test_click_rate);
+  fmt::print("  text                   {:.1f} MB in {:.3f} s of parsing on {} thread(s), {:.3f} s in all\n",
+             static_cast<double>(r.bytes) / 1e6, r.parse_seconds, r.threads, r.seconds);
+  fmt::print("  MB/s per thread        {:.1f} (target >= {:.0f}) {}\n", r.mb_per_s_per_thread, kImportTargetMBps,
+             ok ? "OK" : "FAILED");
+  fmt::print("wrote {} train and {} test shards and meta.json to {} (no teacher: its fields are 0)\n",
+             r.meta.train_shards.size(), r.meta.test_shards.size(), o.imp.out_dir);
+  fmt::print("import rate: {}\n", ok ? "OK" : "FAILED");
+}
+
+void run_export(const ExportOptions& o) {
+  const uint64_t n = d::export_tsv(o.dir, o.split == "test" ? d::Split::kTest : d::Split::kTrain, o.out, o.limit);
+  fmt::print("wrote {} {} samples of {} to {} in Criteo's layout\n", n, o.split, o.dir, o.out);
+}
 
 void run_gen(const GenOptions& o) {
   const d::GenerateOptions& g = o.gen;
@@ -126,7 +164,8 @@ void run_stats(const StatsOptions& o) {
 }  // namespace
 
 void setup_data(CLI::App& app) {
-  CLI::App* data = app.add_subcommand("data", "Generate, verify and summarise the ctr-small data set");
+  CLI::App* data =
+      app.add_subcommand("data", "Generate, verify, summarise, import and export the data sets of the labs");
   data->require_subcommand(1);
 
   auto gen_opts = std::make_shared<GenOptions>();
@@ -160,6 +199,50 @@ void setup_data(CLI::App& app) {
   CLI::App* stats = data->add_subcommand("stats", "Print per-split statistics of a data set");
   stats->add_option("DIR", stats_opts->dir, "Data set directory")->required();
   stats->callback([stats_opts] { run_stats(*stats_opts); });
+
+  CLI::App* import = data->add_subcommand("import", "Convert click logs into the kit's shards");
+  import->require_subcommand(1);
+  auto import_opts = std::make_shared<ImportOptions>();
+  CLI::App* criteo = import->add_subcommand(
+      "criteo",
+      "Criteo-layout TSV (label, I1-I13, C1-C26; plain or gzip) with DLRM's preprocessing; also benchmarks the "
+      "parser (target 100 MB/s of text per thread)");
+  criteo->add_option("FILE", import_opts->imp.inputs, "Input files, read in order as one stream")->required();
+  criteo->add_option("--out", import_opts->imp.out_dir, "Output directory")->required();
+  criteo
+      ->add_option("--categoricals", import_opts->map,
+                   "hash (hash mod the field's cardinality) or vocabulary (the most frequent hashes get ids)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"hash", "vocabulary"}));
+  criteo->add_option("--min-count", import_opts->imp.min_count, "vocabulary: hashes seen fewer times map to id 0")
+      ->capture_default_str()
+      ->check(at_least(1));
+  criteo
+      ->add_option("--test-fraction", import_opts->imp.test_fraction,
+                   "The last lines of the stream, this fraction of them, become the test split")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.999));
+  criteo->add_flag("--skip-malformed", import_opts->imp.skip_malformed,
+                   "Count and skip malformed lines instead of stopping at the first");
+  criteo->add_option("--threads", import_opts->imp.threads, "Parsing threads (0: all hardware threads)")
+      ->capture_default_str()
+      ->check(at_least(0));
+  criteo->add_option("--shard-size", import_opts->imp.shard_size, "Records per shard (the last may hold fewer)")
+      ->capture_default_str()
+      ->check(at_least(1));
+  criteo->callback([import_opts] { run_import(*import_opts); });
+
+  CLI::App* exp = data->add_subcommand("export", "Write a data set in another format");
+  exp->require_subcommand(1);
+  auto export_opts = std::make_shared<ExportOptions>();
+  CLI::App* tsv = exp->add_subcommand("tsv", "One split in Criteo's TSV layout (ids as 8 hex digits), atomically");
+  tsv->add_option("DIR", export_opts->dir, "Data set directory")->required();
+  tsv->add_option("--out", export_opts->out, "Output file")->required();
+  tsv->add_option("--split", export_opts->split, "train or test")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"train", "test"}));
+  tsv->add_option("--limit", export_opts->limit, "Only the first N samples (0: all)")->capture_default_str();
+  tsv->callback([export_opts] { run_export(*export_opts); });
 }
 
 }  // namespace ddplab::tools

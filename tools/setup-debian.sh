@@ -12,6 +12,7 @@ PACKAGES=(
   libgloo-dev             # Gloo headers that match Debian's LibTorch (c10d's CPU backend)
   libopenblas0-openmp     # optimized BLAS; the OpenMP build obeys torch::set_num_threads
   libcli11-dev nlohmann-json3-dev libtomlplusplus-dev libfmt-dev
+  zlib1g-dev              # reads gzip-compressed click logs (ddplab data import criteo)
   libgtest-dev libgmock-dev libbenchmark-dev
   doxygen clang-format   # API reference; the style check (.clang-format)
   openmpi-bin             # mpirun, to show that labs run under other launchers

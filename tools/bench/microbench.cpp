@@ -8,6 +8,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include "ddplab/data/criteo.h"
 #include "ddplab/data/generator.h"
 #include "ddplab/data/loader.h"
 #include "ddplab/deepfm.h"
@@ -34,6 +35,26 @@ void BM_GenerateSamples(benchmark::State& state) {
   state.counters["target_items_per_s"] = 500000;
 }
 BENCHMARK(BM_GenerateSamples)->Unit(benchmark::kMillisecond);
+
+// The Criteo line parser on exported ctr-small lines (the import's target: 100 MB/s per thread;
+// `ddplab data import criteo` prints the end-to-end figure with OK/FAILED).
+void BM_ParseCriteoLines(benchmark::State& state) {
+  std::vector<ddplab::data::Sample> samples(1024);
+  generator().fill(0, samples.size(), samples.data());
+  std::vector<std::string> lines;
+  int64_t bytes = 0;
+  for (const auto& s : samples) {
+    lines.push_back(ddplab::data::format_criteo_line(s));
+    bytes += static_cast<int64_t>(lines.back().size()) + 1;
+  }
+  ddplab::data::CriteoRecord r;
+  for (auto _ : state) {
+    for (const auto& l : lines) benchmark::DoNotOptimize(ddplab::data::parse_criteo_line(l, r));
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * bytes);
+  state.counters["target_bytes_per_s"] = 100e6;
+}
+BENCHMARK(BM_ParseCriteoLines)->Unit(benchmark::kMicrosecond);
 
 void BM_MakeBatchFromShards(benchmark::State& state) {
   namespace fs = std::filesystem;
