@@ -398,6 +398,12 @@ uint64_t export_tsv(const std::string& dir, Split split, const std::string& out_
   const Dataset ds(dir, split);
   const uint64_t n = limit > 0 ? std::min(limit, ds.size()) : ds.size();
   const std::string tmp = out_path + ".tmp";
+  const fs::path parent = fs::path(out_path).parent_path();
+  if (!parent.empty()) {
+    std::error_code ec;
+    fs::create_directories(parent, ec);
+    if (ec) throw DataError(parent.string(), "cannot create the directory: " + ec.message());
+  }
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw DataError(tmp, std::string("cannot create: ") + std::strerror(errno));

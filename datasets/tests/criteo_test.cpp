@@ -214,7 +214,7 @@ TEST_F(CriteoTest, AGeneratedDataSetSurvivesTheRoundTripThroughText) {
   g.shard_size = 1024;
   g.threads = 1;
   generate(g, [](const std::vector<float>&, const std::vector<float>&) { return std::make_pair(0.5, 0.7); });
-  const std::string tsv = path("train.tsv");
+  const std::string tsv = path("runs/text/train.tsv");  // folders that do not exist yet are made
   EXPECT_EQ(export_tsv(g.out_dir, Split::kTrain, tsv), 3000u);
   EXPECT_FALSE(fs::exists(tsv + ".tmp"));
   const Dataset original(g.out_dir, Split::kTrain);

@@ -78,7 +78,8 @@ struct CriteoImportResult {
 CriteoImportResult import_criteo(const CriteoImportOptions& opts);
 
 /// Writes `split` of the data set in `dir` to `out_path` in Criteo's layout, atomically (a
-/// temporary, then rename). limit > 0 writes only the first `limit` samples. Returns the lines.
+/// temporary, then rename; the file's folder is made if it does not exist). limit > 0 writes only the first `limit`
+/// samples. Returns the lines.
 uint64_t export_tsv(const std::string& dir, Split split, const std::string& out_path, uint64_t limit = 0);
 
 }  // namespace ddplab::data
