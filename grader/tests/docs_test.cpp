@@ -11,7 +11,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "ddplab/grader/checks.h"
+#include "ddplab/grader/spec.h"
 
 using namespace ddplab::grader;
 
@@ -148,3 +151,65 @@ TEST(Docs, EveryDescriptorIsComplete) {
 }
 
 }  // namespace
+
+namespace {
+
+/// The rows of the first table after `## What is checked` in a handout, split into cells.
+std::vector<std::vector<std::string>> checks_table(const std::string& readme) {
+  std::ifstream in(readme);
+  std::string line;
+  bool section = false, table = false;
+  std::vector<std::vector<std::string>> rows;
+  while (std::getline(in, line)) {
+    if (line.rfind("## ", 0) == 0) {
+      if (section) break;
+      section = line == "## What is checked";
+      continue;
+    }
+    if (!section) continue;
+    if (line.rfind("|", 0) != 0) {
+      if (table) break;
+      continue;
+    }
+    table = true;
+    if (line.rfind("|---", 0) == 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream ss(line.substr(1));
+    std::string cell;
+    while (std::getline(ss, cell, '|')) {
+      const size_t a = cell.find_first_not_of(' '), b = cell.find_last_not_of(' ');
+      cells.push_back(a == std::string::npos ? "" : cell.substr(a, b - a + 1));
+    }
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+}  // namespace
+
+TEST(Handouts, TheChecksTableIsTheSpecsChecksAsTheGraderPrintsThem) {
+  // A student reads the handout's table and then the grader's output: the same checks, in the
+  // same order, under the same names and points. The expected table is printed on failure.
+  for (const auto& spec : load_all_specs(DDPLAB_TEST_SOURCE_ROOT)) {
+    const std::string readme = std::string(DDPLAB_TEST_SOURCE_ROOT) + "/labs/" + spec.folder + "/README.md";
+    const auto rows = checks_table(readme);
+    std::string want = "| exercise | check (as `ddplab grade` prints it) | points | passes when |\n|---|---|---|---|\n";
+    for (const auto& c : spec.checks) {
+      want += fmt::format("| {} | {} | {:g} | ... |\n", c.exercise.empty() ? "—" : c.exercise, c.name, c.points);
+    }
+    ASSERT_FALSE(rows.empty()) << readme << ": no table under `## What is checked`; expected:\n" << want;
+    EXPECT_EQ(rows[0],
+              (std::vector<std::string>{"exercise", "check (as `ddplab grade` prints it)", "points", "passes when"}))
+        << readme;
+    ASSERT_EQ(rows.size() - 1, spec.checks.size()) << readme << ": one row per check; expected:\n" << want;
+    for (size_t i = 0; i < spec.checks.size(); ++i) {
+      const auto& c = spec.checks[i];
+      const auto& r = rows[i + 1];
+      ASSERT_EQ(r.size(), 4u) << readme << " row " << i + 1;
+      EXPECT_EQ(r[0], c.exercise.empty() ? "—" : c.exercise) << readme << " row " << i + 1 << " (check " << c.id << ")";
+      EXPECT_EQ(r[1], c.name) << readme << " row " << i + 1 << " (check " << c.id << ")";
+      EXPECT_EQ(r[2], fmt::format("{:g}", c.points)) << readme << " row " << i + 1 << " (check " << c.id << ")";
+      EXPECT_FALSE(r[3].empty()) << readme << " row " << i + 1 << ": say when it passes";
+    }
+  }
+}
