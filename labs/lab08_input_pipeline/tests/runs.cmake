@@ -31,4 +31,6 @@ if(LAB_TREE STREQUAL "solutions")
 else()
   ddplab_skeleton_run(skeleton_run RANKS 2 EXERCISES 08.1 08.2 ARGS ${args} --loader prefetch
                       EXPECT "08.2 not attempted: every rank parses the whole file" EQ phases.steps=8)
+  # The binary run needs neither exercise, but a skeleton's run still says which are missing.
+  ddplab_skeleton_run(skeleton_binary EXERCISES 08.1 08.2 ARGS ${args} --source binary EQ phases.steps=16)
 endif()
