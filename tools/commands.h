@@ -11,6 +11,7 @@ void setup_bench(CLI::App& app);   // bench train | allreduce | scaling | grade
 void setup_launch(CLI::App& app);  // launch -n N -- PROGRAM ARGS
 void setup_grade(CLI::App& app);   // grade LAB... | --all [--submission P | --batch DIR]
 void setup_trace(CLI::App& app);   // trace merge OUT IN...
+void setup_pack(CLI::App& app);    // pack LAB... [--out FILE]
 /// Registers `bench train` under the `bench` subcommand (tools/bench_train.cpp).
 void setup_bench_train(CLI::App& bench);
 /// Registers `bench allreduce` under the `bench` subcommand (tools/bench_allreduce.cpp).

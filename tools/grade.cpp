@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 
 #include <fmt/format.h>
@@ -24,7 +25,7 @@ struct GradeCli {
   std::vector<std::string> labs;
   bool all = false;
   std::string submission, batch, tree, out = "grade-results", data, kit, build, calibration, sandbox = "auto";
-  std::vector<std::string> checks;
+  std::vector<std::string> checks, overlays;
   double run_timeout = 0, test_timeout = 0;
   bool no_build = false, calibrate = false, no_color = false, quiet = false;
 };
@@ -56,6 +57,19 @@ int run_grade(const GradeCli& o) {
     specs = grader::load_all_specs(go.source_dir);
   } else {
     for (const auto& l : o.labs) specs.push_back(grader::find_spec(go.source_dir, l));
+  }
+  // Overlays (the instructor's private checks): each joins the spec of the lab it names.
+  std::map<std::string, std::vector<std::string>> overlays;
+  for (const auto& f : o.overlays) overlays[grader::overlay_lab(f)].push_back(fs::absolute(f).string());
+  for (auto& s : specs) {
+    const auto it = overlays.find(s.id);
+    if (it == overlays.end()) continue;
+    s = grader::load_spec(s.path, it->second);
+    overlays.erase(it);
+  }
+  if (!overlays.empty()) {
+    throw ConfigError(fmt::format("--overlay {}: it is for lab '{}', which is not being graded",
+                                  overlays.begin()->second.front(), overlays.begin()->first));
   }
 
   if (o.calibrate) {
@@ -95,6 +109,10 @@ void setup_grade(CLI::App& app) {
   sub->add_option("--kit", o->kit, "The kit's source tree (default: the one this ddplab was built from)");
   sub->add_option("--build", o->build, "The kit's build folder (default: the one this ddplab belongs to)");
   sub->add_option("--calibration", o->calibration, "Calibration file (default: <build>/grader/calibration.json)");
+  sub->add_option("--overlay", o->overlays,
+                  "Extra [[run]]/[[check]] tables for a lab, kept outside the students' clone (repeatable; "
+                  "docs/instructor-guide.md, Private checks)")
+      ->check(CLI::ExistingFile);
   sub->add_option("--check", o->checks, "Grade only the check with this id, or whose name contains this (repeatable)");
   sub->add_option("--run-timeout", o->run_timeout, "Override the specs' run timeout (seconds)");
   sub->add_option("--test-timeout", o->test_timeout, "Override the specs' unit-test timeout (seconds)");

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   ddplab::tools::setup_launch(app);
   ddplab::tools::setup_grade(app);
   ddplab::tools::setup_trace(app);
+  ddplab::tools::setup_pack(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

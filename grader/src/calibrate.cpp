@@ -1,10 +1,13 @@
 // Calibration: the reference solutions graded on this machine and data set, their measured
-// figures stored for the relative checks (auc, scaling) of every later grading.
+// figures stored for the relative checks (auc, scaling, data_wait) of every later grading. Only
+// those checks are graded (and only the runs they read made): the others' figures are never read.
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
 
 #include "ddplab/grader/batch.h"
+#include "ddplab/grader/checks.h"
 
 namespace fs = std::filesystem;
 
@@ -16,6 +19,18 @@ void record_figures(Calibration& calibration, const LabResult& result) {
   }
 }
 
+std::vector<std::string> calibrated_checks(const LabSpec& spec) {
+  std::vector<std::string> ids;
+  for (const auto& c : spec.checks) {
+    const CheckKind* kind = find_kind(c.kind);
+    if (kind && std::any_of(kind->params.begin(), kind->params.end(),
+                            [](const ParamSpec& p) { return p.name == "reference"; })) {
+      ids.push_back(c.id);
+    }
+  }
+  return ids;
+}
+
 Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, const std::string& path,
                       const PrintFn& print, const GradeFn& grade) {
   options.tree = "solutions";
@@ -24,14 +39,20 @@ Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, c
   Calibration cal = load_calibration(path, calibration_key(options.data_dir));
   print(fmt::format("calibrating on {}\n", cal.machine));
   for (const auto& s : specs) {
-    for (const auto& r : grade({s}, options)) {
+    GradeOptions go = options;
+    go.only_checks = calibrated_checks(s);
+    if (go.only_checks.empty()) {
+      print(fmt::format("  {}: no check is relative to the reference: nothing to calibrate\n", s.id));
+      continue;
+    }
+    for (const auto& r : grade({s}, go)) {
       record_figures(cal, r);
       for (const auto& c : r.checks) {
         if (c.figure) print(fmt::format("  {}/{} ({}): {:.4f}\n", r.lab, c.id, c.name, *c.figure));
       }
       if (r.score < r.max_score) {
-        print(fmt::format("warning: the reference solution of {} scores {} / {} on this machine:\n{}", r.lab, r.score,
-                          r.max_score, terminal_summary({r}, false)));
+        print(fmt::format("warning: the reference solution of {} scores {} / {} on its calibrated checks here:\n{}",
+                          r.lab, r.score, r.max_score, terminal_summary({r}, false)));
       }
     }
   }

@@ -78,7 +78,9 @@ std::vector<std::string> CheckSpec::texts(const std::string& key) const {
 namespace {
 
 std::string where(const std::string& path, const toml::node& n) {
-  return fmt::format("{}:{}", path, n.source().begin.line);
+  // A node merged from an overlay names the overlay's file.
+  const auto& origin = n.source().path;
+  return fmt::format("{}:{}", origin && !origin->empty() ? *origin : path, n.source().begin.line);
 }
 
 nlohmann::json to_json(const toml::node& n) {
@@ -234,14 +236,155 @@ const toml::table& table_at(const std::string& path, const toml::table& root, co
 
 }  // namespace
 
-LabSpec load_spec(const std::string& path) {
-  toml::table root;
+namespace {
+
+toml::table parse_toml(const std::string& path) {
   try {
-    root = toml::parse_file(path);
+    return toml::parse_file(path);
   } catch (const toml::parse_error& e) {
     throw ConfigError(
         fmt::format("{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column, e.description()));
   }
+}
+
+/// The top-level keys of an overlay, and that it is for `lab`.
+void check_overlay(const toml::table& o, const std::string& overlay, const std::string& lab) {
+  for (const auto& [k, v] : o) {
+    const std::string key(k.str());
+    if (key != "overlay" && key != "run" && key != "check") {
+      throw ConfigError(
+          fmt::format("{}: unknown top-level key '{}' in an overlay (expected [overlay], [[run]], [[check]])",
+                      where(overlay, v), key));
+    }
+  }
+  const std::string for_lab = overlay_lab(overlay);
+  if (for_lab != lab)
+    throw ConfigError(fmt::format("{}: this overlay is for lab '{}', not '{}'", overlay, for_lab, lab));
+}
+
+}  // namespace
+
+namespace {
+
+/// The [[run]] tables of `root` (the spec at `path`, or an overlay) into s.runs; `names` holds the
+/// run names so far. A relative `data` path is taken from `path`'s folder.
+void parse_runs(const std::string& path, const toml::table& root, LabSpec& s, std::set<std::string>& names) {
+  if (const auto* n = root.get("run")) {
+    const auto* arr = n->as_array();
+    if (!arr) throw ConfigError(fmt::format("{}: 'run' must be an array of tables ([[run]])", where(path, *n)));
+    for (const auto& e : *arr) {
+      if (!e.is_table()) throw ConfigError(fmt::format("{}: each [[run]] must be a table", where(path, e)));
+      Reader r(path, *e.as_table(), "[[run]]");
+      RunSpec run;
+      run.name = r.str("name", true);
+      run.program = r.str("program", false, "lab");
+      run.ranks = static_cast<int>(r.num("ranks", 1));
+      run.args = r.strs("args", false);
+      run.timeout_s = r.num("timeout_s", 0);
+      run.save_model = r.flag("save_model", false);
+      run.expect_failure = r.flag("expect_failure", false);
+      run.data = r.str("data", false);
+      if (!run.data.empty() && fs::path(run.data).is_relative()) {
+        run.data = (fs::absolute(path).parent_path() / run.data).lexically_normal().string();
+      }
+      r.no_other_keys();
+      if (!run.data.empty() && !fs::exists(fs::path(run.data) / "meta.json")) {
+        throw ConfigError(
+            fmt::format("{}: run '{}': data {}: no data set there (no meta.json)", where(path, e), run.name, run.data));
+      }
+      if (!names.insert(run.name).second) {
+        throw ConfigError(fmt::format("{}: duplicate run name '{}'", where(path, e), run.name));
+      }
+      if (run.ranks < 1 || run.ranks > 16) {
+        throw ConfigError(fmt::format("{}: run '{}': ranks must be in 1..16", where(path, e), run.name));
+      }
+      if (run.program != "lab" && run.program != "reference") {
+        throw ConfigError(
+            fmt::format("{}: run '{}': program must be \"lab\" or \"reference\"", where(path, e), run.name));
+      }
+      if (run.expect_failure && run.save_model) {
+        throw ConfigError(
+            fmt::format("{}: run '{}': a run expected to stop with an error saves no model "
+                        "(expect_failure and save_model exclude each other)",
+                        where(path, e), run.name));
+      }
+      for (const auto& a : run.args) {
+        if (a == "--data" || a == "--report" || a == "--save-model") {
+          throw ConfigError(fmt::format("{}: run '{}': {} is set by the grader", where(path, e), run.name, a));
+        }
+      }
+      s.runs.push_back(std::move(run));
+    }
+  }
+}
+
+/// The [[check]] tables of `root` into s.checks; `check_names` and `check_ids` hold those so far.
+void parse_checks(const std::string& path, const toml::table& root, LabSpec& s, const std::set<std::string>& names,
+                  std::set<std::string>& check_names, std::set<std::string>& check_ids) {
+  static const std::regex kId("[a-z][a-z0-9_]*");
+  if (const auto* n = root.get("check")) {
+    const auto* arr = n->as_array();
+    if (!arr) throw ConfigError(fmt::format("{}: 'check' must be an array of tables ([[check]])", where(path, *n)));
+    for (const auto& e : *arr) {
+      if (!e.is_table()) throw ConfigError(fmt::format("{}: each [[check]] must be a table", where(path, e)));
+      Reader r(path, *e.as_table(), "[[check]]");
+      CheckSpec c;
+      c.line = static_cast<int>(e.source().begin.line);
+      c.id = r.str("id", true);
+      c.kind = r.str("kind", true);
+      c.name = r.str("name", true);
+      c.exercise = r.str("exercise", false);
+      c.points = r.num("points", 0);
+      c.visibility = parse_visibility(r.str("visibility", false, "visible"), where(path, e));
+      c.diagnosis_given = e.as_table()->contains("diagnosis");
+      c.diagnosis = r.str("diagnosis", false);
+      if (e.as_table()->get("run")) c.runs.push_back(r.str("run", true));
+      for (auto& x : r.strs("runs", false)) c.runs.push_back(std::move(x));
+      c.params = r.rest();
+      c.param_lines = r.rest_lines();
+      if (!std::regex_match(c.id, kId)) {
+        throw ConfigError(
+            fmt::format("{}: check id '{}' must be snake_case (a-z, 0-9, _; a letter first)", where(path, e), c.id));
+      }
+      if (!check_ids.insert(c.id).second) {
+        throw ConfigError(fmt::format("{}: duplicate check id '{}'", where(path, e), c.id));
+      }
+      if (c.points < 0) throw ConfigError(fmt::format("{}: check '{}': points must be >= 0", where(path, e), c.name));
+      if (!check_names.insert(c.name).second) {
+        throw ConfigError(fmt::format("{}: duplicate check name '{}'", where(path, e), c.name));
+      }
+      if (!c.exercise.empty() && std::find(s.exercises.begin(), s.exercises.end(), c.exercise) == s.exercises.end()) {
+        throw ConfigError(fmt::format("{}: check '{}': exercise {} is not one of the lab's exercises ({})",
+                                      where(path, e), c.name, c.exercise, fmt::join(s.exercises, ", ")));
+      }
+      for (const auto& rn : c.runs) {
+        if (!names.count(rn)) {
+          throw ConfigError(
+              fmt::format("{}: check '{}' reads run '{}', which no [[run]] defines", where(path, e), c.name, rn));
+        }
+      }
+      validate_check(s, c);
+      s.checks.push_back(std::move(c));
+    }
+  }
+}
+
+}  // namespace
+
+std::string overlay_lab(const std::string& overlay_path) {
+  const toml::table o = parse_toml(overlay_path);
+  const auto lab = o["overlay"]["lab"].value<std::string>();
+  if (!lab || lab->empty()) {
+    throw ConfigError(
+        fmt::format("{}: an overlay needs [overlay] lab = \"<lab id>\" (the lab it adds checks to)", overlay_path));
+  }
+  return *lab;
+}
+
+LabSpec load_spec(const std::string& path) { return load_spec(path, {}); }
+
+LabSpec load_spec(const std::string& path, const std::vector<std::string>& overlays) {
+  const toml::table root = parse_toml(path);
   LabSpec s;
   s.path = path;
   for (const auto& [k, v] : root) {
@@ -319,93 +462,17 @@ LabSpec load_spec(const std::string& path) {
       }
     }
   }
-  std::set<std::string> names;
-  if (const auto* n = root.get("run")) {
-    const auto* arr = n->as_array();
-    if (!arr) throw ConfigError(fmt::format("{}: 'run' must be an array of tables ([[run]])", where(path, *n)));
-    for (const auto& e : *arr) {
-      if (!e.is_table()) throw ConfigError(fmt::format("{}: each [[run]] must be a table", where(path, e)));
-      Reader r(path, *e.as_table(), "[[run]]");
-      RunSpec run;
-      run.name = r.str("name", true);
-      run.program = r.str("program", false, "lab");
-      run.ranks = static_cast<int>(r.num("ranks", 1));
-      run.args = r.strs("args", false);
-      run.timeout_s = r.num("timeout_s", 0);
-      run.save_model = r.flag("save_model", false);
-      run.expect_failure = r.flag("expect_failure", false);
-      r.no_other_keys();
-      if (!names.insert(run.name).second) {
-        throw ConfigError(fmt::format("{}: duplicate run name '{}'", where(path, e), run.name));
-      }
-      if (run.ranks < 1 || run.ranks > 16) {
-        throw ConfigError(fmt::format("{}: run '{}': ranks must be in 1..16", where(path, e), run.name));
-      }
-      if (run.program != "lab" && run.program != "reference") {
-        throw ConfigError(
-            fmt::format("{}: run '{}': program must be \"lab\" or \"reference\"", where(path, e), run.name));
-      }
-      if (run.expect_failure && run.save_model) {
-        throw ConfigError(
-            fmt::format("{}: run '{}': a run expected to stop with an error saves no model "
-                        "(expect_failure and save_model exclude each other)",
-                        where(path, e), run.name));
-      }
-      for (const auto& a : run.args) {
-        if (a == "--data" || a == "--report" || a == "--save-model") {
-          throw ConfigError(fmt::format("{}: run '{}': {} is set by the grader", where(path, e), run.name, a));
-        }
-      }
-      s.runs.push_back(std::move(run));
-    }
+  // The spec's runs and checks, then each overlay's, validated as one spec.
+  std::vector<std::pair<std::string, toml::table>> extra;
+  for (const auto& o : overlays) {
+    extra.emplace_back(o, parse_toml(o));
+    check_overlay(extra.back().second, o, s.id);
   }
-  std::set<std::string> check_names, check_ids;
-  static const std::regex kId("[a-z][a-z0-9_]*");
-  if (const auto* n = root.get("check")) {
-    const auto* arr = n->as_array();
-    if (!arr) throw ConfigError(fmt::format("{}: 'check' must be an array of tables ([[check]])", where(path, *n)));
-    for (const auto& e : *arr) {
-      if (!e.is_table()) throw ConfigError(fmt::format("{}: each [[check]] must be a table", where(path, e)));
-      Reader r(path, *e.as_table(), "[[check]]");
-      CheckSpec c;
-      c.line = static_cast<int>(e.source().begin.line);
-      c.id = r.str("id", true);
-      c.kind = r.str("kind", true);
-      c.name = r.str("name", true);
-      c.exercise = r.str("exercise", false);
-      c.points = r.num("points", 0);
-      c.visibility = parse_visibility(r.str("visibility", false, "visible"), where(path, e));
-      c.diagnosis_given = e.as_table()->contains("diagnosis");
-      c.diagnosis = r.str("diagnosis", false);
-      if (e.as_table()->get("run")) c.runs.push_back(r.str("run", true));
-      for (auto& x : r.strs("runs", false)) c.runs.push_back(std::move(x));
-      c.params = r.rest();
-      c.param_lines = r.rest_lines();
-      if (!std::regex_match(c.id, kId)) {
-        throw ConfigError(
-            fmt::format("{}: check id '{}' must be snake_case (a-z, 0-9, _; a letter first)", where(path, e), c.id));
-      }
-      if (!check_ids.insert(c.id).second) {
-        throw ConfigError(fmt::format("{}: duplicate check id '{}'", where(path, e), c.id));
-      }
-      if (c.points < 0) throw ConfigError(fmt::format("{}: check '{}': points must be >= 0", where(path, e), c.name));
-      if (!check_names.insert(c.name).second) {
-        throw ConfigError(fmt::format("{}: duplicate check name '{}'", where(path, e), c.name));
-      }
-      if (!c.exercise.empty() && std::find(s.exercises.begin(), s.exercises.end(), c.exercise) == s.exercises.end()) {
-        throw ConfigError(fmt::format("{}: check '{}': exercise {} is not one of the lab's exercises ({})",
-                                      where(path, e), c.name, c.exercise, fmt::join(s.exercises, ", ")));
-      }
-      for (const auto& rn : c.runs) {
-        if (!names.count(rn)) {
-          throw ConfigError(
-              fmt::format("{}: check '{}' reads run '{}', which no [[run]] defines", where(path, e), c.name, rn));
-        }
-      }
-      validate_check(s, c);
-      s.checks.push_back(std::move(c));
-    }
-  }
+  std::set<std::string> names, check_names, check_ids;
+  parse_runs(path, root, s, names);
+  for (const auto& [o, t] : extra) parse_runs(o, t, s, names);
+  parse_checks(path, root, s, names, check_names, check_ids);
+  for (const auto& [o, t] : extra) parse_checks(o, t, s, names, check_names, check_ids);
   if (s.checks.empty()) throw ConfigError(fmt::format("{}: no [[check]] defined", path));
   return s;
 }
@@ -431,8 +498,8 @@ std::vector<LabSpec> load_all_specs(const std::string& source_root) {
   return out;
 }
 
-LabSpec find_spec(const std::string& source_root, const std::string& lab) {
-  if (lab.size() > 5 && lab.substr(lab.size() - 5) == ".toml") return load_spec(lab);  // a spec file itself
+LabSpec find_spec(const std::string& source_root, const std::string& lab, const std::vector<std::string>& overlays) {
+  if (lab.size() > 5 && lab.substr(lab.size() - 5) == ".toml") return load_spec(lab, overlays);  // a spec file itself
   // "3" and "03" are short for "lab03"; "lab03" for the one lab whose folder starts with it.
   std::string want = lab;
   if (!want.empty() && want.size() <= 2 && std::all_of(want.begin(), want.end(), ::isdigit)) {
@@ -449,8 +516,10 @@ LabSpec find_spec(const std::string& source_root, const std::string& lab) {
       matches.push_back(id);
     }
   }
-  if (!exact.empty()) return load_spec(exact);
-  if (matches.size() == 1) return load_spec((fs::path(source_root) / "labs" / matches[0] / "grade.toml").string());
+  if (!exact.empty()) return load_spec(exact, overlays);
+  if (matches.size() == 1) {
+    return load_spec((fs::path(source_root) / "labs" / matches[0] / "grade.toml").string(), overlays);
+  }
   if (matches.size() > 1) throw ConfigError(fmt::format("lab '{}' is ambiguous: {}", lab, fmt::join(matches, ", ")));
   throw ConfigError(fmt::format("no lab '{}' (labs with a grade.toml: {})", lab, fmt::join(ids, ", ")));
 }

@@ -47,6 +47,20 @@ class Batch : public ::testing::Test {
     r.max_score = max;
     return r;
   }
+  /// The meta.json of a 10 + 5 sample data set (no shards: only the metadata is read here).
+  static ddplab::data::Metadata small_meta() {
+    ddplab::data::Metadata meta;
+    meta.train_count = 10;
+    meta.test_count = 5;
+    meta.shard_size = 10;
+    meta.train_shards = {"train-0.bin"};
+    meta.test_shards = {"test-0.bin"};
+    return meta;
+  }
+  void write_meta(const std::string& folder, const ddplab::data::Metadata& meta) {
+    fs::create_directories(dir_ / folder);
+    ddplab::data::write_metadata((dir_ / folder).string(), meta);
+  }
   fs::path dir_;
 };
 
@@ -144,14 +158,7 @@ TEST_F(Batch, EachStudentIsGradedAsASubmissionAndABrokenOneDoesNotStopTheBatch) 
 }
 
 TEST_F(Batch, CalibrationStoresEachFigureByLabAndCheckId) {
-  ddplab::data::Metadata meta;
-  meta.train_count = 10;
-  meta.test_count = 5;
-  meta.shard_size = 10;
-  meta.train_shards = {"train-0.bin"};
-  meta.test_shards = {"test-0.bin"};
-  fs::create_directories(dir_ / "data");
-  ddplab::data::write_metadata((dir_ / "data").string(), meta);
+  write_meta("data", small_meta());
   GradeOptions o;
   o.data_dir = (dir_ / "data").string();
   o.out_dir = (dir_ / "out").string();
@@ -172,9 +179,22 @@ TEST_F(Batch, CalibrationStoresEachFigureByLabAndCheckId) {
   };
   const std::string path = (dir_ / "calibration.json").string();
   std::string printed;
+  // Only the checks relative to the reference are graded: lab01's auc, not its run_ok; a lab
+  // without one is not graded at all.
+  LabSpec lab01 = lab("lab01_baseline", 10);
+  lab01.checks[0].id = "test_auc";
+  lab01.checks[0].kind = "auc";
+  CheckSpec runs;
+  runs.id = "runs";
+  runs.kind = "run_ok";
+  lab01.checks.push_back(runs);
+  LabSpec exact = lab("lab02_process_group", 10);
+  exact.checks[0].kind = "consistency";
   const auto cal = calibrate(
-      {lab("lab01_baseline", 10)}, o, path, [&](const std::string& s) { printed += s; }, fake);
+      {lab01, exact}, o, path, [&](const std::string& s) { printed += s; }, fake);
   ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].only_checks, std::vector<std::string>{"test_auc"});
+  EXPECT_NE(printed.find("lab02_process_group: no check is relative to the reference"), std::string::npos) << printed;
   EXPECT_EQ(seen[0].tree, "solutions");  // always the reference solutions
   EXPECT_TRUE(seen[0].submission.empty());
   EXPECT_EQ(seen[0].out_dir, (dir_ / "out" / "calibration").string());
@@ -182,8 +202,26 @@ TEST_F(Batch, CalibrationStoresEachFigureByLabAndCheckId) {
   EXPECT_DOUBLE_EQ(*cal.get("lab01_baseline", "test_auc"), 0.7512);
   EXPECT_DOUBLE_EQ(*load_calibration(path, calibration_key(o.data_dir)).get("lab01_baseline", "test_auc"), 0.7512);
   EXPECT_NE(printed.find("lab01_baseline/test_auc (test AUC within 0.01 of the reference): 0.7512"), std::string::npos);
-  EXPECT_NE(printed.find("warning: the reference solution of lab01_baseline scores 9 / 10"), std::string::npos);
+  EXPECT_NE(printed.find("warning: the reference solution of lab01_baseline scores 9 / 10 on its calibrated checks"),
+            std::string::npos);
   EXPECT_NE(printed.find("calibration written to " + path), std::string::npos);
+}
+
+TEST_F(Batch, CalibrationIsKeyedByProcessorCoresAndDataContentNotHostOrPath) {
+  // A Gradescope container gets a new host name each time, and the data set may lie elsewhere:
+  // neither may void a calibration. Another data set must.
+  ddplab::data::Metadata meta = small_meta();
+  for (const char* d : {"a", "b"}) write_meta(d, meta);
+  const std::string key = calibration_key((dir_ / "a").string());
+  EXPECT_EQ(key, calibration_key((dir_ / "b").string())) << "the same data in another folder";
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  EXPECT_EQ(key.find(host), std::string::npos) << key;
+  EXPECT_EQ(key.find(dir_.string()), std::string::npos) << key;
+  EXPECT_NE(key.find(" cores | data 10 train, 5 test"), std::string::npos) << key;
+  meta.seed = 7;
+  write_meta("b", meta);
+  EXPECT_NE(key, calibration_key((dir_ / "b").string())) << "another data set";
 }
 
 }  // namespace

@@ -288,6 +288,65 @@ std::string read_file(const fs::path& p) {
 // Every planted bug (labs/<lab>/planted/<bug>/, graded by the grade.planted.* self-tests) names
 // a file of its lab's manifest whose solution still holds the text it replaces, and the id of a
 // check of its lab: a typo fails here in milliseconds rather than after minutes of grading.
+TEST_F(Scratch, AnOverlayAddsPrivateRunsAndChecksKeptOutsideTheClone) {
+  const std::string spec = write("kit/grade.toml", spec_text());
+  write("private/heldout/meta.json", "{}");  // a data set's folder (only its meta.json is looked for)
+  const std::string overlay = write("private/lab09.toml", R"([overlay]
+lab = "lab09_x"
+
+[[run]]
+name = "heldout"
+ranks = 2
+args = ["--train-samples", "1000"]
+data = "heldout"
+
+[[check]]
+id = "heldout_same_params"
+kind = "consistency"
+name = "same parameters on the held-out data"
+exercise = "09.1"
+run = "heldout"
+points = 10
+visibility = "hidden"
+)");
+  const LabSpec s = load_spec(spec, {overlay});
+  ASSERT_EQ(s.runs.size(), 2u);
+  EXPECT_EQ(s.runs[1].data, (dir_ / "private" / "heldout").string()) << "relative to the overlay's folder";
+  EXPECT_TRUE(s.runs[0].data.empty());
+  ASSERT_EQ(s.checks.size(), 2u);
+  EXPECT_EQ(s.checks[1].id, "heldout_same_params");
+  EXPECT_EQ(s.checks[1].visibility, Visibility::kHidden);
+  EXPECT_EQ(s.max_score(), 50);
+  EXPECT_EQ(load_spec(spec).checks.size(), 1u) << "without the overlay, the students' spec";
+}
+
+TEST_F(Scratch, AnOverlayIsValidatedWithTheSpecAndNamesItsOwnFileAndLine) {
+  const std::string spec = write("grade.toml", spec_text());
+  const auto error_with = [&](const std::string& text) {
+    try {
+      load_spec(spec, {write("o.toml", text)});
+    } catch (const ddplab::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string head = "[overlay]\nlab = \"lab09_x\"\n\n";
+  EXPECT_NE(error_with("[overlay]\nlab = \"lab03_sampler\"\n")
+                .find("o.toml: this overlay is for lab 'lab03_sampler', not 'lab09_x'"),
+            std::string::npos);
+  EXPECT_NE(error_with("[[check]]\nid = \"x\"\n").find("o.toml: an overlay needs [overlay] lab"), std::string::npos);
+  EXPECT_NE(error_with(head + "[limits]\nmemory_mb = 512\n")
+                .find("o.toml:4: unknown top-level key 'limits' in an overlay"),
+            std::string::npos)
+      << error_with(head + "[limits]\nmemory_mb = 512\n");
+  const std::string dup =
+      head + "[[check]]\nid = \"same_params\"\nkind = \"consistency\"\nname = \"again\"\nrun = \"r\"\n";
+  EXPECT_NE(error_with(dup).find("o.toml:4: duplicate check id 'same_params'"), std::string::npos) << error_with(dup);
+  const std::string no_data = head + "[[run]]\nname = \"h\"\ndata = \"/nonexistent/set\"\n";
+  EXPECT_NE(error_with(no_data).find("o.toml:4: run 'h': data /nonexistent/set: no data set there"), std::string::npos)
+      << error_with(no_data);
+}
+
 TEST(Kit, EveryPlantedBugNamesAFileAndACheckOfItsLab) {
   size_t bugs = 0;
   for (const auto& spec : load_all_specs(DDPLAB_TEST_SOURCE_ROOT)) {

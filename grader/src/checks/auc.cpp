@@ -8,7 +8,7 @@ namespace {
 void check_auc(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   if (!runs_usable(c, ctx, r)) return;
   const auto& run = the_run(c, ctx);
-  const ModelScore e = evaluate_saved(run.model, ctx, eval_count(c.integer("eval_samples"), ctx));
+  const ModelScore e = evaluate_saved(run.model, run.data_dir, eval_count(c.integer("eval_samples"), run.data_dir));
   r.figure = e.auc;
   const double tol = c.number("tolerance");
   const auto [ref, source] = reference_figure(c, ctx);

@@ -240,15 +240,15 @@ uint64_t train_size(const GradeContext& ctx, const std::string& run_name) {
   for (size_t i = 0; i + 1 < args.size(); ++i) {
     if (args[i] == "--train-samples") return std::stoull(args[i + 1]);
   }
-  return data::read_metadata(ctx.options.data_dir).train_count;
+  return data::read_metadata(ctx.runs.at(run_name).data_dir).train_count;
 }
 
-uint64_t eval_count(int64_t eval_samples, const GradeContext& ctx) {
-  const uint64_t all = data::read_metadata(ctx.options.data_dir).test_count;
+uint64_t eval_count(int64_t eval_samples, const std::string& data_dir) {
+  const uint64_t all = data::read_metadata(data_dir).test_count;
   return eval_samples > 0 ? std::min(all, static_cast<uint64_t>(eval_samples)) : all;
 }
 
-ModelScore evaluate_saved(const std::string& path, const GradeContext& ctx, uint64_t count) {
+ModelScore evaluate_saved(const std::string& path, const std::string& data_dir, uint64_t count) {
   if (path.empty() || !fs::exists(path)) throw Error("the run saved no model (rank 0 must write --save-model)");
   DeepFM model;
   try {
@@ -258,7 +258,7 @@ ModelScore evaluate_saved(const std::string& path, const GradeContext& ctx, uint
   } catch (const std::exception& e) {
     throw Error(fmt::format("the saved model {} cannot be loaded as the course's DeepFM: {}", path, e.what()));
   }
-  const data::Dataset test(ctx.options.data_dir, data::Split::kTest);
+  const data::Dataset test(data_dir, data::Split::kTest);
   torch::NoGradGuard ng;
   const auto e = evaluate_model(model, test, std::min<uint64_t>(count, test.size()), 4096, torch::kCPU);
   return {e.auc, e.samples};

@@ -68,8 +68,8 @@ T field(const json& rep, const std::string& path, int rank) {
 
 /// Training samples of a run: its --train-samples if given, else the data set's.
 uint64_t train_size(const GradeContext& ctx, const std::string& run_name);
-/// Test samples to evaluate on: `eval_samples` (0: all) capped to the data set's.
-uint64_t eval_count(int64_t eval_samples, const GradeContext& ctx);
+/// Test samples to evaluate on: `eval_samples` (0: all) capped to those of the data set in `data_dir`.
+uint64_t eval_count(int64_t eval_samples, const std::string& data_dir);
 
 /// The grader's own test metrics of a saved model (never the report's).
 struct ModelScore {
@@ -78,7 +78,7 @@ struct ModelScore {
 };
 /// Loads `path` as the course's DeepFM and evaluates it on `count` test samples; throws Error if
 /// the run saved no model or it cannot be loaded.
-ModelScore evaluate_saved(const std::string& path, const GradeContext& ctx, uint64_t count);
+ModelScore evaluate_saved(const std::string& path, const std::string& data_dir, uint64_t count);
 
 /// One tensor of two saved models, compared element by element.
 struct TensorDiff {

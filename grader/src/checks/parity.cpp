@@ -38,8 +38,9 @@ void check_parity(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
     const double d = std::abs(mean - l1[s]);
     if (d > worst) worst = d, worst_step = s;
   }
-  const uint64_t count = eval_count(c.integer("eval_samples"), ctx);
-  const ModelScore a1 = evaluate_saved(one.model, ctx, count), aN = evaluate_saved(many.model, ctx, count);
+  const uint64_t count = eval_count(c.integer("eval_samples"), one.data_dir);
+  const ModelScore a1 = evaluate_saved(one.model, one.data_dir, count),
+                   aN = evaluate_saved(many.model, many.data_dir, count);
   r.figure = aN.auc - a1.auc;
   const std::string obs = fmt::format(
       "{} ranks vs 1 process at the same global batch: largest per-step loss gap {:.2e} "

@@ -56,8 +56,12 @@ RunOutcome& CheckTest::add_run(const std::string& name, std::vector<json> report
   r.args = std::move(args);
   r.dir = (dir_ / "runs" / name).string();
   r.summary = "all ranks exited 0";
+  r.data_dir = options_.data_dir;
   for (const auto& spec_run : spec_.runs) {
-    if (spec_run.name == name) r.expect_failure = spec_run.expect_failure;
+    if (spec_run.name == name) {
+      r.expect_failure = spec_run.expect_failure;
+      if (!spec_run.data.empty()) r.data_dir = spec_run.data;
+    }
   }
   for (auto& rep : reports) {
     RankOutcome o;

@@ -53,9 +53,14 @@ Gradebook grade_batch(const std::vector<LabSpec>& specs, GradeOptions options, c
 /// Stores each figure the checks of `result` measured under "<lab id>/<check id>".
 void record_figures(Calibration& calibration, const LabResult& result);
 
+/// The ids of the checks of `spec` that judge relative to the reference (their kind has a
+/// `reference` parameter: auc, scaling, data_wait): what calibration measures.
+std::vector<std::string> calibrated_checks(const LabSpec& spec);
+
 /// Grades the reference solutions (tree "solutions", results under options.out_dir/calibration)
-/// and writes their figures for this machine and data set to `path`, keeping other labs' figures;
-/// returns the calibration. Warns through `print` when a solution does not score full marks here.
+/// on their calibrated checks only (only the runs those read are made; a lab without one is
+/// skipped) and writes their figures for this machine and data set to `path`, keeping other labs'
+/// figures; returns the calibration. Warns through `print` when a solution fails one of them here.
 Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, const std::string& path,
                       const PrintFn& print, const GradeFn& grade = grade_labs);
 

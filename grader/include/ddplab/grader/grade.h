@@ -55,6 +55,7 @@ struct RunOutcome {
   std::vector<RankOutcome> rank;
   std::vector<std::string> args;           ///< the program arguments used (sample counts capped to the data set)
   std::string dir;                         ///< reports, model and logs of this run
+  std::string data_dir;                    ///< the data set it trained on (its spec's `data`, else --data)
   std::string model;                       ///< the saved model, if asked for and written
   std::string log_tail;                    ///< the last lines of output (for failed runs)
   std::vector<std::string> not_attempted;  ///< exercise ids the program reported as not attempted
@@ -94,9 +95,11 @@ std::string resolve_data_dir(const std::string& given, const std::string& source
 /// The build folder of the running program (<build>/bin/<program>).
 std::string this_build_dir();
 
-/// A stable description of this machine: host name, CPU model, usable cores.
+/// A stable description of this machine: CPU model and usable cores (not the host name, which a
+/// container changes every time).
 std::string machine_id();
-/// What calibration figures are valid for: this machine and the data set the runs train on.
+/// What calibration figures are valid for: this machine (machine_id()) and the data set the runs
+/// train on, by content (its meta.json), not by path.
 std::string calibration_key(const std::string& data_dir);
 std::string default_calibration_path(const std::string& build_dir);
 /// The figures stored for `key` in `path` (none if the file is absent or holds another key).

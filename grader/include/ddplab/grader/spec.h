@@ -30,6 +30,9 @@ struct RunSpec {
   /// The run is meant to stop with an error (a named failure the lab teaches): exiting non-zero on
   /// its own makes it usable for the checks that read it, finishing makes them fail.
   bool expect_failure = false;
+  /// A data set of the run's own (an overlay's private test data), an absolute path; "" = the
+  /// grading's --data.
+  std::string data;
 };
 
 /// Thrown when a check reads a parameter its kind does not declare: a bug in the grader.
@@ -93,6 +96,13 @@ struct LabSpec {
 /// skeleton and solution do not hold the same files, a [forbidden] entry for an exercise the lab
 /// does not have or that is no qualified C++ name).
 LabSpec load_spec(const std::string& path);
+/// load_spec with overlays: TOML files an instructor keeps outside the students' clone, each with
+/// an `[overlay]` table naming the lab (`lab = "lab03_sampler"`) and [[run]] / [[check]] tables that
+/// are added to the lab's (hidden checks, runs on private data: `data = "/path"`, relative paths
+/// from the overlay's folder). Everything is validated as one spec: a duplicate run name or check
+/// id, a check reading an unknown run, is an error naming the overlay's file and line. Throws
+/// ConfigError if an overlay names another lab.
+LabSpec load_spec(const std::string& path, const std::vector<std::string>& overlays);
 
 /// The spec files of the kit: labs/*/grade.toml, sorted.
 std::vector<std::string> spec_paths(const std::string& source_root);
@@ -101,6 +111,9 @@ std::vector<LabSpec> load_all_specs(const std::string& source_root);
 
 /// Finds a lab by id ("lab03_sampler"), by an unambiguous prefix ("lab03", "03", "3") or by the
 /// path of a grade.toml; throws ConfigError listing the labs.
-LabSpec find_spec(const std::string& source_root, const std::string& lab);
+LabSpec find_spec(const std::string& source_root, const std::string& lab,
+                  const std::vector<std::string>& overlays = {});
+/// The lab an overlay file is for (its [overlay] lab); throws ConfigError naming the file if it has none.
+std::string overlay_lab(const std::string& overlay_path);
 
 }  // namespace ddplab::grader
