@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "ddplab/data/error.h"
+#include "scratch_dir.h"
 #include "ddplab/data/generator.h"
 
 namespace ddplab::data {
@@ -23,27 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class CriteoTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    static int counter = 0;
-    dir_ =
-        fs::temp_directory_path() / ("ddplab-criteo-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string write(const std::string& name, const std::string& text) const {
-    const std::string p = (dir_ / name).string();
-    std::ofstream(p, std::ios::binary) << text;
-    return p;
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
-};
+class CriteoTest : public testing::ScratchDir {};
 
 /// A line of 40 fields: the label, 13 dense and 26 categorical values as given.
 std::string line(const std::string& label, std::vector<std::string> dense, std::vector<std::string> cats) {

@@ -11,6 +11,7 @@
 
 #include "ddplab/data/criteo.h"
 #include "ddplab/data/error.h"
+#include "scratch_dir.h"
 #include "ddplab/data/generator.h"
 
 namespace ddplab::data {
@@ -18,26 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TextTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    static int counter = 0;
-    dir_ = fs::temp_directory_path() / ("ddplab-text-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string write(const std::string& name, const std::string& text) const {
-    const std::string p = (dir_ / name).string();
-    std::ofstream(p, std::ios::binary) << text;
-    return p;
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
-};
+class TextTest : public testing::ScratchDir {};
 
 TEST_F(TextTest, CountsEveryByteItHandsOutAndNothingElse) {
   const TextFile f(write("a.txt", "one\ntwo\nthree"));
