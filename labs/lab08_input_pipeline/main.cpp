@@ -10,12 +10,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -53,12 +55,20 @@ class WatchedSource final : public lab08::BatchSource {
   /// batches started beyond those handed out are the ones made ahead.
   void handed(int64_t handed) { max_ahead_ = std::max(max_ahead_, started_.load() - handed); }
   int64_t max_ahead() const { return max_ahead_; }
-  /// Threads that made a batch and still exist in this process.
+  /// Threads that made a batch and still exist in this process. A joined thread's entry in
+  /// /proc/self/task can outlive the join by a moment (the kernel wakes the joiner before it
+  /// removes the task), so this waits up to a second for the entries to go: a thread that is
+  /// still running stays.
   int64_t threads_alive() const {
     std::lock_guard<std::mutex> lock(mu_);
-    int64_t alive = 0;
     const auto self = static_cast<int64_t>(::gettid());
-    for (int64_t t : tids_) alive += t != self && fs::exists(fmt::format("/proc/self/task/{}", t)) ? 1 : 0;
+    int64_t alive = 0;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      alive = 0;
+      for (int64_t t : tids_) alive += t != self && fs::exists(fmt::format("/proc/self/task/{}", t)) ? 1 : 0;
+      if (alive == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     return alive;
   }
   int64_t makers() const {

@@ -87,10 +87,17 @@ bool returns_within(std::function<void()> f, int seconds) {
   return finished.wait_for(std::chrono::seconds(seconds)) == std::future_status::ready;
 }
 
-/// Threads among `tids` that still exist in this process.
+/// Threads among `tids` that still exist in this process. A joined thread's /proc/self/task entry
+/// can outlive the join by a moment (the kernel wakes the joiner before it removes the task), so
+/// this waits up to a second for the entries to go; a thread still running stays.
 int alive(const std::set<pid_t>& tids) {
   int n = 0;
-  for (pid_t t : tids) n += t != ::gettid() && fs::exists(fmt::format("/proc/self/task/{}", t)) ? 1 : 0;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    n = 0;
+    for (pid_t t : tids) n += t != ::gettid() && fs::exists(fmt::format("/proc/self/task/{}", t)) ? 1 : 0;
+    if (n == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   return n;
 }
 
