@@ -78,9 +78,7 @@ std::vector<std::string> CheckSpec::texts(const std::string& key) const {
 namespace {
 
 std::string where(const std::string& path, const toml::node& n) {
-  // A node merged from an overlay names the overlay's file.
-  const auto& origin = n.source().path;
-  return fmt::format("{}:{}", origin && !origin->empty() ? *origin : path, n.source().begin.line);
+  return fmt::format("{}:{}", path, n.source().begin.line);
 }
 
 nlohmann::json to_json(const toml::node& n) {
@@ -234,10 +232,6 @@ const toml::table& table_at(const std::string& path, const toml::table& root, co
   return *n->as_table();
 }
 
-}  // namespace
-
-namespace {
-
 toml::table parse_toml(const std::string& path) {
   try {
     return toml::parse_file(path);
@@ -245,6 +239,16 @@ toml::table parse_toml(const std::string& path) {
     throw ConfigError(
         fmt::format("{}:{}:{}: {}", path, e.source().begin.line, e.source().begin.column, e.description()));
   }
+}
+
+/// The lab the parsed overlay `o` (read from `overlay`) is for: its [overlay] lab.
+std::string lab_of_overlay(const toml::table& o, const std::string& overlay) {
+  const auto lab = o["overlay"]["lab"].value<std::string>();
+  if (!lab || lab->empty()) {
+    throw ConfigError(
+        fmt::format("{}: an overlay needs [overlay] lab = \"<lab id>\" (the lab it adds checks to)", overlay));
+  }
+  return *lab;
 }
 
 /// The top-level keys of an overlay, and that it is for `lab`.
@@ -257,14 +261,10 @@ void check_overlay(const toml::table& o, const std::string& overlay, const std::
                       where(overlay, v), key));
     }
   }
-  const std::string for_lab = overlay_lab(overlay);
+  const std::string for_lab = lab_of_overlay(o, overlay);
   if (for_lab != lab)
     throw ConfigError(fmt::format("{}: this overlay is for lab '{}', not '{}'", overlay, for_lab, lab));
 }
-
-}  // namespace
-
-namespace {
 
 /// The [[run]] tables of `root` (the spec at `path`, or an overlay) into s.runs; `names` holds the
 /// run names so far. A relative `data` path is taken from `path`'s folder.
@@ -372,13 +372,7 @@ void parse_checks(const std::string& path, const toml::table& root, LabSpec& s, 
 }  // namespace
 
 std::string overlay_lab(const std::string& overlay_path) {
-  const toml::table o = parse_toml(overlay_path);
-  const auto lab = o["overlay"]["lab"].value<std::string>();
-  if (!lab || lab->empty()) {
-    throw ConfigError(
-        fmt::format("{}: an overlay needs [overlay] lab = \"<lab id>\" (the lab it adds checks to)", overlay_path));
-  }
-  return *lab;
+  return lab_of_overlay(parse_toml(overlay_path), overlay_path);
 }
 
 LabSpec load_spec(const std::string& path) { return load_spec(path, {}); }
