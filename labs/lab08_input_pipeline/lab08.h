@@ -3,8 +3,15 @@
 // Criteo-layout text, and the synchronous loader the lab starts from.
 #pragma once
 
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
+#include <set>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -138,6 +145,23 @@ inline bool SyncLoader::next(Batch& out) {
   if (k_ >= source_.num_batches()) return false;
   out = source_.make(k_++);
   return true;
+}
+
+/// How many of the threads `tids` (other than the caller) still exist in this process, for the
+/// driver's and the tests' "no thread outlives the loader". A joined thread's /proc/self/task
+/// entry can outlive the join by a moment (the kernel wakes the joiner when it clears the tid,
+/// before it removes the task), so this waits up to a second for the entries to go; a thread
+/// that is still running stays.
+inline int threads_still_running(const std::set<pid_t>& tids) {
+  const pid_t self = ::gettid();
+  int alive = 0;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    alive = 0;
+    for (pid_t t : tids) alive += t != self && std::filesystem::exists(fmt::format("/proc/self/task/{}", t)) ? 1 : 0;
+    if (alive == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return alive;
 }
 
 }  // namespace lab08

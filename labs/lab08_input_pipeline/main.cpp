@@ -10,14 +10,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -47,7 +45,7 @@ class WatchedSource final : public lab08::BatchSource {
     started_.fetch_add(1);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      tids_.insert(static_cast<int64_t>(::gettid()));
+      tids_.insert(::gettid());
     }
     return inner_.make(k);
   }
@@ -55,21 +53,10 @@ class WatchedSource final : public lab08::BatchSource {
   /// batches started beyond those handed out are the ones made ahead.
   void handed(int64_t handed) { max_ahead_ = std::max(max_ahead_, started_.load() - handed); }
   int64_t max_ahead() const { return max_ahead_; }
-  /// Threads that made a batch and still exist in this process. A joined thread's entry in
-  /// /proc/self/task can outlive the join by a moment (the kernel wakes the joiner before it
-  /// removes the task), so this waits up to a second for the entries to go: a thread that is
-  /// still running stays.
+  /// Threads that made a batch and still exist in this process (lab08::threads_still_running).
   int64_t threads_alive() const {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto self = static_cast<int64_t>(::gettid());
-    int64_t alive = 0;
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      alive = 0;
-      for (int64_t t : tids_) alive += t != self && fs::exists(fmt::format("/proc/self/task/{}", t)) ? 1 : 0;
-      if (alive == 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return alive;
+    return lab08::threads_still_running(tids_);
   }
   int64_t makers() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -81,7 +68,7 @@ class WatchedSource final : public lab08::BatchSource {
   mutable std::atomic<int64_t> started_{0};
   int64_t max_ahead_ = 0;
   mutable std::mutex mu_;
-  mutable std::set<int64_t> tids_;
+  mutable std::set<pid_t> tids_;
 };
 
 /// The training split's first `n` samples as Criteo-layout text in `path`, written by rank 0
@@ -235,13 +222,16 @@ int main(int argc, char** argv) {
     // 08.3: on CUDA the batch goes to the device through pinned buffers on a side stream (not run
     // on a GPU yet); on the CPU there is nothing to copy.
     DeviceStager stager(run.device());
+    std::unique_ptr<lab08::TextBatches> batches;  // the same batches every epoch: made when asked for
+    if (from_text) {
+      batches = std::make_unique<lab08::TextBatches>(*file, std::move(lines), B, steps, keep_every,
+                                                     keep_every > 1 ? rank : 0);
+    }
     int64_t max_ahead = 0, threads_left = 0, makers = 0;
     for (int64_t epoch = 0; epoch < run.options().epochs; ++epoch) {
-      std::unique_ptr<lab08::TextBatches> batches;
-      std::unique_ptr<WatchedSource> watched;
+      std::unique_ptr<WatchedSource> watched;  // per epoch: how far ahead this epoch's loader ran
       std::unique_ptr<data::Loader> loader;
       if (from_text) {
-        batches = std::make_unique<lab08::TextBatches>(*file, lines, B, steps, keep_every, keep_every > 1 ? rank : 0);
         watched = std::make_unique<WatchedSource>(*batches);
         if (prefetch) {
           loader = std::make_unique<lab08::PrefetchLoader>(*watched, workers, depth);

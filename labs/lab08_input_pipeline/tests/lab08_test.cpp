@@ -87,20 +87,6 @@ bool returns_within(std::function<void()> f, int seconds) {
   return finished.wait_for(std::chrono::seconds(seconds)) == std::future_status::ready;
 }
 
-/// Threads among `tids` that still exist in this process. A joined thread's /proc/self/task entry
-/// can outlive the join by a moment (the kernel wakes the joiner before it removes the task), so
-/// this waits up to a second for the entries to go; a thread still running stays.
-int alive(const std::set<pid_t>& tids) {
-  int n = 0;
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    n = 0;
-    for (pid_t t : tids) n += t != ::gettid() && fs::exists(fmt::format("/proc/self/task/{}", t)) ? 1 : 0;
-    if (n == 0) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return n;
-}
-
 class Lab08PrefetchOrder : public ::testing::TestWithParam<int> {};
 
 TEST_P(Lab08PrefetchOrder, HandsOutTheSynchronousLoadersOrderWhicheverWorkerFinishesFirst) {
@@ -169,7 +155,7 @@ TEST(Lab08Prefetch, AWorkerErrorReachesTheConsumerAfterTheBatchesBeforeIt) {
   }
   ASSERT_TRUE(returns_within([loader] { delete loader; }, 10))
       << "the destructor did not return within 10 s after a worker's error";
-  EXPECT_EQ(alive(source->tids()), 0) << "a worker thread outlived the loader";
+  EXPECT_EQ(lab08::threads_still_running(source->tids()), 0) << "a worker thread outlived the loader";
   delete source;
 }
 
@@ -184,7 +170,7 @@ TEST(Lab08Prefetch, StoppingEarlyWithWorkersWaitingForRoomDoesNotDeadlock) {
       << "the destructor did not return within 10 s after the consumer took 2 of 100 batches: workers waiting "
          "for room in the queue must be woken and told to stop";
   EXPECT_LT(source->started(), 100) << "the workers went on making batches nobody asked for";
-  EXPECT_EQ(alive(source->tids()), 0) << "a worker thread outlived the loader";
+  EXPECT_EQ(lab08::threads_still_running(source->tids()), 0) << "a worker thread outlived the loader";
   delete source;
 }
 
@@ -197,7 +183,8 @@ TEST(Lab08Prefetch, NoThreadOutlivesTheLoaderAfterAFullPass) {
     }
   }
   EXPECT_GE(source.tids().size(), 1u);
-  EXPECT_EQ(alive(source.tids()), 0) << "a worker thread is still running after the loader was destroyed";
+  EXPECT_EQ(lab08::threads_still_running(source.tids()), 0)
+      << "a worker thread is still running after the loader was destroyed";
 }
 
 TEST(Lab08Prefetch, AnEmptySourceEndsAtOnce) {
