@@ -187,6 +187,18 @@ RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) 
   r.dir = dir.string();
   r.data_dir = run.data.empty() ? ctx.options.data_dir : run.data;
   r.args = effective_args(run, r.data_dir);
+  // "{run:NAME}" in an argument is the folder of the earlier run NAME (lab 09 resumes from the
+  // checkpoints a killed run left there); the sandbox lets the program read it.
+  std::vector<std::string> earlier_runs;
+  for (auto& a : r.args) {
+    for (size_t at = a.find("{run:"); at != std::string::npos; at = a.find("{run:", at)) {
+      const size_t end = a.find('}', at);
+      if (end == std::string::npos) break;
+      const fs::path other = dir.parent_path() / a.substr(at + 5, end - at - 5);
+      earlier_runs.push_back(other.string());
+      a.replace(at, end - at + 1, other.string());
+    }
+  }
   fs::remove_all(dir);
   fs::create_directories(dir / "logs");
   LaunchSpec spec;
@@ -215,7 +227,7 @@ RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) 
   spec.on_message = [&](const std::string& m) { output += "[launcher] " + m + "\n"; };
   // The run folder is the only place the program may write (and, sandboxed, the only one it sees
   // besides the system, its program and the data set).
-  if (ctx.sandbox) confine(*ctx.sandbox, spec, dir.string());
+  if (ctx.sandbox) confine(*ctx.sandbox, spec, dir.string(), earlier_runs);
   const auto start = std::chrono::steady_clock::now();
   LaunchResult lr;
   try {
@@ -478,11 +490,20 @@ LabSpec effective_spec(const LabSpec& full, const GradeOptions& o) {
     }
   }
   if (spec.checks.empty()) throw ConfigError(fmt::format("--check: no check of {} matches", full.id));
+  std::set<std::string> used;
+  for (const auto& c : spec.checks) used.insert(c.runs.begin(), c.runs.end());
+  // A run kept needs the earlier runs its arguments name ({run:NAME}): latest first, so a chain is followed.
+  for (auto r = full.runs.rbegin(); r != full.runs.rend(); ++r) {
+    if (!used.count(r->name)) continue;
+    for (const auto& other : full.runs) {
+      for (const auto& a : r->args) {
+        if (a.find("{run:" + other.name + "}") != std::string::npos) used.insert(other.name);
+      }
+    }
+  }
   std::vector<RunSpec> runs;
   for (const auto& r : full.runs) {
-    bool used = false;
-    for (const auto& c : spec.checks) used = used || std::find(c.runs.begin(), c.runs.end(), r.name) != c.runs.end();
-    if (used) runs.push_back(r);
+    if (used.count(r.name)) runs.push_back(r);
   }
   spec.runs = std::move(runs);
   return spec;

@@ -309,6 +309,14 @@ void parse_runs(const std::string& path, const toml::table& root, LabSpec& s, st
                         where(path, e), run.name));
       }
       for (const auto& a : run.args) {
+        for (size_t at = a.find("{run:"); at != std::string::npos; at = a.find("{run:", at + 1)) {
+          const size_t end = a.find('}', at);
+          const std::string other = end == std::string::npos ? "" : a.substr(at + 5, end - at - 5);
+          if (other.empty() || !names.count(other) || other == run.name) {
+            throw ConfigError(fmt::format("{}: run '{}': argument '{}': {{run:NAME}} must name an earlier run",
+                                          where(path, e), run.name, a));
+          }
+        }
         if (a == "--data" || a == "--report" || a == "--save-model") {
           throw ConfigError(fmt::format("{}: run '{}': {} is set by the grader", where(path, e), run.name, a));
         }

@@ -1,0 +1,346 @@
+// Lab 09's public tests: the checkpoint writer (09.1), read back with the kit's own reader of the
+// format in lab09.h; the checkpoint reader (09.2), given files the test writes itself; the cost
+// meter and the budget alarm (09.3). Each exercise's tests call only its own code.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "lab09.h"
+
+#include "ddplab/deepfm.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using lab09::Checkpoint;
+using lab09::CheckpointError;
+
+/// A small DeepFM (the real tables, narrow layers) and its Adam.
+struct Trainer {
+  explicit Trainer(uint64_t seed, int64_t dim = 4) {
+    torch::manual_seed(seed);
+    ddplab::DeepFMOptions o;
+    o.embedding_dim = dim;
+    o.hidden = 16;
+    o.layers = 1;
+    model = ddplab::DeepFM(o);
+    adam = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-2));
+  }
+  /// One Adam step on a fixed batch of 8 (the same for every Trainer).
+  void step() {
+    torch::manual_seed(123);
+    const auto dense = torch::rand({8, 13});
+    const auto rows = torch::randint(0, 1000, {8, 26}, torch::kInt64);
+    const auto labels = torch::randint(0, 2, {8}).to(torch::kFloat32);
+    adam->zero_grad();
+    torch::binary_cross_entropy_with_logits(model->forward(dense, rows), labels).backward();
+    adam->step();
+  }
+  std::string digest() const { return lab09::tensors_digest(lab09::model_tensors(*model)); }
+  ddplab::DeepFM model{nullptr};
+  std::unique_ptr<torch::optim::Adam> adam;
+};
+
+Checkpoint header_for(const Trainer& t, int world = 2) {
+  Checkpoint c;
+  c.job.model = lab09::model_signature(*t.model);
+  c.job.world_size = world;
+  c.job.batch = 256;
+  c.job.accumulate = 2;
+  c.job.seed = 7;
+  c.job.train_samples = 4096;
+  c.at.step = 5;
+  c.at.epoch = 1;
+  c.at.step_in_epoch = 1;
+  c.at.samples = 5 * 1024;
+  c.at.device_seconds = 12.5;
+  c.rng = lab09::rng_state();
+  return c;
+}
+
+/// A folder of its own under the test's temporary directory, removed at the end.
+class Scratch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() / fmt::format("lab09-{}-{}-{}", info->test_suite_name(), info->name(), ::getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+// ---- 09.1 ----
+
+/// The kit's reader of the format lab09.h describes (what a 09.1 file must hold).
+nlohmann::json read_header(const std::string& path, torch::nn::Module* model, torch::optim::Optimizer* opt,
+                           torch::Tensor* rng) {
+  torch::serialize::InputArchive a;
+  a.load_from(path);
+  c10::IValue h;
+  a.read("header", h);
+  if (model) {
+    torch::serialize::InputArchive m;
+    a.read("model", m);
+    model->load(m);
+  }
+  if (opt) {
+    torch::serialize::InputArchive o;
+    a.read("optimizer", o);
+    opt->load(o);
+  }
+  if (rng) a.read("rng", *rng);
+  return nlohmann::json::parse(h.toStringRef());
+}
+
+using Lab09Save = Scratch;
+
+TEST_F(Lab09Save, HoldsTheModelTheOptimizerAndTheHeaderOfTheFormat) {
+  Trainer a(1);
+  a.step();
+  a.step();
+  const Checkpoint c = header_for(a);
+  const std::string file = path("step-00000005.pt");
+  lab09::save_checkpoint(file, c, *a.model, *a.adam);
+
+  Trainer b(2);  // other weights, no optimizer state
+  torch::Tensor rng;
+  const auto h = read_header(file, b.model.ptr().get(), b.adam.get(), &rng);
+  EXPECT_EQ(h.at("format"), lab09::kCheckpointFormat);
+  EXPECT_EQ(h.at("at").get<lab09::Position>(), c.at) << h.dump();
+  EXPECT_EQ(h.at("job").get<lab09::JobIdentity>().world_size, 2) << h.dump();
+  EXPECT_EQ(h.at("job").get<lab09::JobIdentity>().model, c.job.model);
+  EXPECT_EQ(h.at("digest"), a.digest()) << "the header's digest is tensors_digest(model_tensors(model))";
+  EXPECT_EQ(b.digest(), a.digest()) << "the saved model is not the one given";
+  ASSERT_TRUE(rng.defined());
+  EXPECT_TRUE(torch::equal(rng, c.rng)) << "\"rng\" must be the checkpoint's generator state";
+  // The optimizer's state (Adam's moments and step count) came along: the next step is the same.
+  a.step();
+  b.step();
+  EXPECT_EQ(b.digest(), a.digest()) << "after one more step the models differ: the optimizer state was not saved";
+}
+
+TEST_F(Lab09Save, AReaderSeesTheOldFileOrTheNewOneNeverPartOfOne) {
+  Trainer a(1, 16);  // the full-width tables: a file of ~21 MB takes a while to write
+  const std::string file = path("step-00000001.pt");
+  Checkpoint c = header_for(a);
+  lab09::save_checkpoint(file, c, *a.model, *a.adam);
+  std::atomic<bool> done{false};
+  std::atomic<int> reads{0}, partial{0};
+  std::string first_error;
+  std::thread reader([&] {
+    while (!done.load()) {
+      try {
+        (void)read_header(file, nullptr, nullptr, nullptr);
+      } catch (const std::exception& e) {
+        if (partial.fetch_add(1) == 0) first_error = e.what();
+      }
+      reads.fetch_add(1);
+    }
+  });
+  for (int i = 0; i < 12; ++i) {
+    c.at.step = i;
+    lab09::save_checkpoint(file, c, *a.model, *a.adam);
+  }
+  done = true;
+  reader.join();
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(partial.load(), 0) << partial.load() << " of " << reads.load()
+                               << " reads of the checkpoint while it was being rewritten failed; the first: "
+                               << first_error.substr(0, first_error.find('\n'))
+                               << " — write to a temporary file and rename it over the checkpoint";
+}
+
+TEST_F(Lab09Save, LeavesNoTemporaryFileBehind) {
+  Trainer a(1);
+  for (int i = 0; i < 3; ++i) lab09::save_checkpoint(path("ckpt.pt"), header_for(a), *a.model, *a.adam);
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"ckpt.pt"}) << fmt::format("{}", fmt::join(names, ", "));
+}
+
+TEST_F(Lab09Save, AFailureNamesThePathAndLeavesThePreviousFile) {
+  Trainer a(1);
+  const std::string missing = path("no-such-folder/step-00000001.pt");
+  try {
+    lab09::save_checkpoint(missing, header_for(a), *a.model, *a.adam);
+    FAIL() << "saving into a folder that does not exist must throw";
+  } catch (const ddplab::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
+  }
+  // A folder where the checkpoint's name is taken by a folder: the rename fails, the old file stays.
+  const std::string file = path("ckpt.pt");
+  lab09::save_checkpoint(file, header_for(a), *a.model, *a.adam);
+  const auto size = fs::file_size(file);
+  fs::create_directories(path("blocked.pt/inside"));
+  EXPECT_THROW(lab09::save_checkpoint(path("blocked.pt"), header_for(a), *a.model, *a.adam), ddplab::Error);
+  EXPECT_EQ(fs::file_size(file), size);
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) files += e.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 1) << "a failed save left a temporary file";
+}
+
+// ---- 09.2 ----
+
+/// Writes a checkpoint of the format in lab09.h the plain way (the test's own writer), with
+/// `digest` in the header (default: the model's).
+void write_checkpoint(const std::string& path, const Checkpoint& c, const Trainer& t, std::string digest = "") {
+  torch::serialize::OutputArchive a, m, o;
+  const nlohmann::json h = {{"format", lab09::kCheckpointFormat},
+                            {"job", c.job},
+                            {"at", c.at},
+                            {"digest", digest.empty() ? t.digest() : digest}};
+  a.write("header", c10::IValue(h.dump()));
+  t.model->save(m);
+  t.adam->save(o);
+  a.write("model", m);
+  a.write("optimizer", o);
+  a.write("rng", c.rng);
+  a.save_to(path);
+}
+
+using Lab09Load = Scratch;
+
+TEST_F(Lab09Load, RestoresTheModelTheOptimizerAndThePosition) {
+  Trainer a(1);
+  a.step();
+  torch::manual_seed(99);
+  const Checkpoint c = header_for(a);
+  write_checkpoint(path("c.pt"), c, a);
+  Trainer b(2);
+  const Checkpoint got = lab09::load_checkpoint(path("c.pt"), c.job, *b.model, *b.adam);
+  EXPECT_EQ(got.at, c.at);
+  EXPECT_EQ(got.digest, a.digest());
+  ASSERT_TRUE(got.rng.defined()) << "the generator state is returned";
+  EXPECT_TRUE(torch::equal(got.rng, c.rng));
+  EXPECT_EQ(b.digest(), a.digest()) << "the model's tensors were not restored";
+  a.step();
+  b.step();
+  EXPECT_EQ(b.digest(), a.digest()) << "the next step differs: the optimizer's state was not restored";
+}
+
+/// Expects load_checkpoint to refuse `file` with a message naming it and containing `what`, and to
+/// leave `t`'s model as it was.
+void expect_refused(const std::string& file, const lab09::JobIdentity& job, Trainer& t,
+                    const std::vector<std::string>& what) {
+  const std::string before = t.digest();
+  try {
+    (void)lab09::load_checkpoint(file, job, *t.model, *t.adam);
+    ADD_FAILURE() << file << " was loaded; it must be refused";
+  } catch (const CheckpointError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(file), std::string::npos) << "the message must name the file: " << m;
+    for (const auto& w : what) EXPECT_NE(m.find(w), std::string::npos) << "expected '" << w << "' in: " << m;
+  }
+  EXPECT_EQ(t.digest(), before) << "a refused checkpoint changed the model";
+}
+
+TEST_F(Lab09Load, RefusesACheckpointOfAnotherWorldSize) {
+  Trainer a(1);
+  write_checkpoint(path("c.pt"), header_for(a, 2), a);
+  Trainer b(2);
+  auto job = header_for(b, 4).job;
+  expect_refused(path("c.pt"), job, b, {"world size", "2", "4"});
+}
+
+TEST_F(Lab09Load, RefusesACheckpointOfAnotherModelNamingTheTensor) {
+  Trainer a(1, 4);
+  write_checkpoint(path("c.pt"), header_for(a), a);
+  Trainer b(2, 8);
+  expect_refused(path("c.pt"), header_for(b).job, b, {"embedding.weight", "4]", "8]"});
+}
+
+TEST_F(Lab09Load, RefusesOtherBatchSeedOrData) {
+  Trainer a(1);
+  write_checkpoint(path("c.pt"), header_for(a), a);
+  Trainer b(2);
+  auto job = header_for(b).job;
+  job.batch = 512;
+  expect_refused(path("c.pt"), job, b, {"256", "512"});
+  job = header_for(b).job;
+  job.seed = 8;
+  expect_refused(path("c.pt"), job, b, {"seed"});
+  job = header_for(b).job;
+  job.train_samples = 8192;
+  expect_refused(path("c.pt"), job, b, {"4096", "8192"});
+}
+
+TEST_F(Lab09Load, RefusesATruncatedFile) {
+  Trainer a(1);
+  write_checkpoint(path("c.pt"), header_for(a), a);
+  fs::resize_file(path("c.pt"), fs::file_size(path("c.pt")) / 2);
+  Trainer b(2);
+  expect_refused(path("c.pt"), header_for(b).job, b, {});
+}
+
+TEST_F(Lab09Load, RefusesTensorsThatDoNotMatchTheirDigest) {
+  Trainer a(1);
+  write_checkpoint(path("c.pt"), header_for(a), a, "0123456789abcdef");  // as if a byte of a tensor flipped
+  Trainer b(2);
+  expect_refused(path("c.pt"), header_for(b).job, b, {"corrupt"});
+}
+
+TEST_F(Lab09Load, RefusesAMissingFileOrOneThatIsNotACheckpoint) {
+  Trainer b(2);
+  expect_refused(path("nothing-here.pt"), header_for(b).job, b, {});
+  std::ofstream(path("notes.pt")) << "not a checkpoint\n";
+  expect_refused(path("notes.pt"), header_for(b).job, b, {});
+}
+
+// ---- 09.3 ----
+
+lab09::Price p3() {
+  lab09::Price p;
+  p.instance = "p3.16xlarge";
+  p.devices = 8;
+  p.usd_per_hour = 24.48;
+  return p;
+}
+
+TEST(Lab09Meter, PricesDeviceHoursAndProjectsAtTheJobsOwnRate) {
+  lab09::Position at;
+  at.device_seconds = 8 * 3600;  // one hour of 8 devices
+  at.samples = 1'000'000;
+  const lab09::Spend s = lab09::meter(p3(), at, 2'000'000, 2);
+  EXPECT_DOUBLE_EQ(s.device_hours, 8);
+  EXPECT_DOUBLE_EQ(s.usd, 24.48) << "8 device-hours at 24.48 / 8 a device-hour";
+  EXPECT_DOUBLE_EQ(s.usd_per_million_samples, 24.48);
+  EXPECT_DOUBLE_EQ(s.usd_per_epoch, 48.96) << "2,000,000 samples at the rate so far";
+  EXPECT_DOUBLE_EQ(s.usd_to_finish, 97.92) << "the 4,000,000 samples of 2 epochs";
+}
+
+TEST(Lab09Meter, ProjectsNothingBeforeTheFirstSampleAndNothingPastTheEnd) {
+  lab09::Position at;
+  at.device_seconds = 30;
+  const lab09::Spend s = lab09::meter(p3(), at, 1000, 3);
+  EXPECT_DOUBLE_EQ(s.usd, 30.0 / 3600 * 24.48 / 8);
+  EXPECT_EQ(s.usd_per_epoch, 0);
+  EXPECT_EQ(s.usd_to_finish, 0);
+  EXPECT_EQ(s.usd_per_million_samples, 0);
+  at.samples = 4000;  // more than 3 epochs of 1000 (a resumed job that trained on)
+  const lab09::Spend t = lab09::meter(p3(), at, 1000, 3);
+  EXPECT_DOUBLE_EQ(t.usd_to_finish, t.usd) << "nothing is left to train";
+}
+
+TEST(Lab09Budget, StopsBeforeTheNextStepAndTheLastCheckpointWouldPassIt) {
+  lab09::Spend now;
+  now.usd = 9.0;
+  EXPECT_FALSE(lab09::over_budget(10.0, now, 0.5, 0.25)) << "9 + 0.5 + 0.25 is within 10";
+  EXPECT_TRUE(lab09::over_budget(10.0, now, 0.5, 0.75)) << "9 + 0.5 + 0.75 passes 10";
+  EXPECT_TRUE(lab09::over_budget(10.0, now, 1.5, 0.0)) << "the next step alone passes it";
+  EXPECT_FALSE(lab09::over_budget(10.0, now, 1.0, 0.0)) << "reaching the budget exactly is within it";
+  now.usd = 1e6;
+  EXPECT_FALSE(lab09::over_budget(0.0, now, 1.0, 1.0)) << "a budget of 0 means none";
+}
+
+}  // namespace
