@@ -23,7 +23,8 @@ const std::vector<const CheckKind*>& check_registry() {
   static const std::vector<const CheckKind*> kinds = {&kUnitTests, &kRunOk,       &kPhases,   &kUtilization,
                                                       &kAuc,       &kConsistency, &kCoverage, &kParity,
                                                       &kScaling,   &kCommBudget,  &kOutput,   &kSameModel,
-                                                      &kGradSync,  &kExposedComm, &kDataWait, &kSameOrder, &kCost};
+                                                      &kGradSync,  &kExposedComm, &kDataWait, &kSameOrder,
+                                                      &kCost};
   return kinds;
 }
 
