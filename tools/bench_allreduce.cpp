@@ -5,12 +5,14 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "commands.h"
 #include "ddplab/dist/env.h"
 #include "ddplab/dist/process_group.h"
 #include "ddplab/error.h"
+#include "ddplab/report.h"
 #include "ddplab/system.h"
 #include "ddplab/timer.h"
 
@@ -24,6 +26,7 @@ struct BenchAllreduceOptions {
   int64_t warmup = 5;
   std::string device = "cpu";
   double timeout = 120;
+  std::string json;  ///< also write the rows here (rank 0), the input of `ddplab forecast`
 };
 
 int run_bench_allreduce(const BenchAllreduceOptions& o) {
@@ -41,6 +44,7 @@ int run_bench_allreduce(const BenchAllreduceOptions& o) {
   po.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout * 1000));
   auto pg = dist::ProcessGroup::join(env, device, po);
   const int n = pg->size();
+  const std::string backend = pg->backend_name();
   const bool root = pg->rank() == 0;
   if (root) {
     fmt::print(
@@ -52,6 +56,7 @@ int run_bench_allreduce(const BenchAllreduceOptions& o) {
                "busbw(GB/s)", "#wrong");
   }
   int64_t wrong_total = 0;
+  nlohmann::json rows = nlohmann::json::array();
   for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
     const int64_t count = bytes / 4;
     // Values from (rank, index) so the sum is exact: rank + (index % 7).
@@ -85,10 +90,17 @@ int run_bench_allreduce(const BenchAllreduceOptions& o) {
     if (root) {
       fmt::print("{:>12} {:>12} {:>11.1f} {:>10.3f} {:>10.3f} {:>7}\n", bytes, count, slowest * 1e6, algbw, busbw,
                  wrong);
+      rows.push_back({{"bytes", bytes}, {"seconds", slowest}, {"algbw_gb_per_s", algbw}, {"busbw_gb_per_s", busbw}});
     }
   }
   pg->shutdown();
   if (root) fmt::print("# {} wrong elements in all: {}\n", wrong_total, wrong_total == 0 ? "OK" : "FAILED");
+  if (root && !o.json.empty()) {
+    const nlohmann::json j =
+        {{"benchmark", "allreduce"}, {"ranks", n},           {"backend", backend}, {"device", device.str()},
+         {"iterations", o.iters},    {"wrong", wrong_total}, {"rows", rows}};
+    write_file_atomic(o.json, j.dump(2) + "\n");
+  }
   return wrong_total == 0 ? 0 : 1;
 }
 
@@ -102,6 +114,7 @@ void setup_bench_allreduce(CLI::App& bench) {
   sub->add_option("--warmup", o->warmup, "Untimed calls per size")->capture_default_str();
   sub->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")->capture_default_str();
   sub->add_option("--comm-timeout", o->timeout, "Seconds before a collective fails")->capture_default_str();
+  sub->add_option("--json", o->json, "Rank 0 also writes the rows to this JSON file (read by ddplab forecast)");
   sub->callback([o] { exit_status() = run_bench_allreduce(*o); });
 }
 

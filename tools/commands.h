@@ -5,13 +5,15 @@
 
 namespace ddplab::tools {
 
-void setup_data(CLI::App& app);    // data gen | verify | stats
-void setup_doctor(CLI::App& app);  // doctor
-void setup_bench(CLI::App& app);   // bench train | allreduce | scaling | grade
-void setup_launch(CLI::App& app);  // launch -n N -- PROGRAM ARGS
-void setup_grade(CLI::App& app);   // grade LAB... | --all [--submission P | --batch DIR]
-void setup_trace(CLI::App& app);   // trace merge OUT IN...
-void setup_pack(CLI::App& app);    // pack LAB... [--out FILE]
+void setup_data(CLI::App& app);       // data gen | verify | stats
+void setup_doctor(CLI::App& app);     // doctor
+void setup_bench(CLI::App& app);      // bench train | allreduce | scaling | grade
+void setup_launch(CLI::App& app);     // launch -n N -- PROGRAM ARGS
+void setup_grade(CLI::App& app);      // grade LAB... | --all [--submission P | --batch DIR]
+void setup_trace(CLI::App& app);      // trace merge OUT IN...
+void setup_pack(CLI::App& app);       // pack LAB... [--out FILE]
+void setup_preflight(CLI::App& app);  // preflight [options] -- PROGRAM-ARGS
+void setup_forecast(CLI::App& app);   // forecast [options] -- PROGRAM-ARGS
 /// Registers `bench train` under the `bench` subcommand (tools/bench_train.cpp).
 void setup_bench_train(CLI::App& bench);
 /// Registers `bench allreduce` under the `bench` subcommand (tools/bench_allreduce.cpp).

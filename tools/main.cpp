@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   ddplab::tools::setup_grade(app);
   ddplab::tools::setup_trace(app);
   ddplab::tools::setup_pack(app);
+  ddplab::tools::setup_preflight(app);
+  ddplab::tools::setup_forecast(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
