@@ -14,6 +14,7 @@ void setup_trace(CLI::App& app);      // trace merge OUT IN...
 void setup_pack(CLI::App& app);       // pack LAB... [--out FILE]
 void setup_preflight(CLI::App& app);  // preflight [options] -- PROGRAM-ARGS
 void setup_forecast(CLI::App& app);   // forecast [options] -- PROGRAM-ARGS
+void setup_price(CLI::App& app);      // price REPORT... [--instance NAME]
 /// Registers `bench train` under the `bench` subcommand (tools/bench_train.cpp).
 void setup_bench_train(CLI::App& bench);
 /// Registers `bench allreduce` under the `bench` subcommand (tools/bench_allreduce.cpp).

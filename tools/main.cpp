@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   ddplab::tools::setup_pack(app);
   ddplab::tools::setup_preflight(app);
   ddplab::tools::setup_forecast(app);
+  ddplab::tools::setup_price(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -36,6 +37,29 @@ uint64_t SampleLedger::range_set_digest(uint64_t first, uint64_t n) {
   uint64_t s = 0;
   for (uint64_t i = first; i < first + n; ++i) s += hash(i);
   return s;
+}
+
+EpochUnique epoch_unique_samples(const std::vector<uint64_t>& set_digests, const std::vector<uint64_t>& samples,
+                                 uint64_t n) {
+  EpochUnique u;
+  uint64_t digest = 0, processed = 0, max_one = 0;
+  bool replicated = !set_digests.empty();
+  for (size_t k = 0; k < set_digests.size(); ++k) {
+    digest += set_digests[k];
+    processed += samples.at(k);
+    max_one = std::max(max_one, samples.at(k));
+    replicated = replicated && set_digests[k] == set_digests[0];
+  }
+  if (digest == SampleLedger::range_set_digest(0, n)) {
+    u.unique = n;
+  } else if (replicated) {
+    u.unique = max_one;
+    u.replicated = set_digests.size() > 1;
+  } else {
+    u.unique = std::min<uint64_t>(processed, n);
+    u.exact = false;
+  }
+  return u;
 }
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }

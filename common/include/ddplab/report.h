@@ -38,6 +38,19 @@ class SampleLedger {
   std::vector<uint64_t> head_;
 };
 
+/// Distinct samples of one epoch of a job, from its ranks' set digests and sample counts for that
+/// epoch (SampleLedger) over a training set of n samples: n when the digests add up to [0, n)'s
+/// (each sample once), one rank's count when every rank saw the same set (no sampler: N copies
+/// of one rank's work), else the samples processed, capped at n (`exact` false: the digests tell
+/// no more). The grader's scaling check and `ddplab price` count with it.
+struct EpochUnique {
+  uint64_t unique = 0;
+  bool exact = true;
+  bool replicated = false;  ///< every rank saw the same samples
+};
+EpochUnique epoch_unique_samples(const std::vector<uint64_t>& set_digests, const std::vector<uint64_t>& samples,
+                                 uint64_t n);
+
 /// FNV-1a digest over the bytes of every parameter and buffer, in registration order, as
 /// 16 hex digits. Two ranks hold bit-identical models exactly when the digests agree (modulo
 /// collisions); computed on a CPU copy, so the device does not matter.

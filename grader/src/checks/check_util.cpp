@@ -376,22 +376,7 @@ double unique_rate(const RunOutcome& run, uint64_t n) {
     wall = std::max(wall, field<double>(reps[k], "phases.wall", static_cast<int>(k)));
   }
   uint64_t unique = 0;
-  const uint64_t full = range_digest(n);
-  for (const auto& ep : epochs) {
-    uint64_t digest = 0, samples = 0, max_one = 0;
-    bool replicated = true;
-    for (size_t k = 0; k < ep.set.size(); ++k) {
-      digest += ep.set[k], samples += ep.samples[k], max_one = std::max(max_one, ep.samples[k]);
-      replicated = replicated && ep.set[k] == ep.set[0];
-    }
-    if (digest == full) {
-      unique += n;
-    } else if (replicated) {
-      unique += max_one;  // every rank saw the same samples: one copy is unique
-    } else {
-      unique += std::min<uint64_t>(samples, n);
-    }
-  }
+  for (const auto& ep : epochs) unique += epoch_unique_samples(ep.set, ep.samples, n).unique;
   return wall > 0 ? static_cast<double>(unique) / wall : 0;
 }
 
