@@ -355,9 +355,19 @@ StepForecast predict(const Model& model, const Compute& compute, const Ring& rin
   f.batch = batch;
   f.compute_s = compute.step_seconds(batch);
   const int n = ranks;
+  // The collectives' latency terms (waiting: they take no CPU) and bandwidth terms (on a CPU the
+  // copies and sums of the payload), kept apart for ranks that take turns at the cores.
+  double latency = 0;
   auto reduce = [&](double bytes) {
     f.comm_s += allreduce_seconds(ring, n, bytes);
+    latency += 2.0 * (n - 1) * ring.latency_s;
     f.bytes += bytes;
+    ++f.collectives;
+  };
+  auto gather = [&](double bytes_per_rank) {
+    f.comm_s += allgather_seconds(ring, n, bytes_per_rank);
+    latency += (n - 1) * ring.latency_s;
+    f.bytes += bytes_per_rank;
     ++f.collectives;
   };
   double local = 0;  // the sparse rung's own work: exposed, but not communication
@@ -375,16 +385,13 @@ StepForecast predict(const Model& model, const Compute& compute, const Ring& rin
       for (const auto& t : tables) {
         const double rows = static_cast<double>(t[0]), cols = static_cast<double>(t[1]);
         // The row count, always; then the rows, unless all ranks' rows could cover half the table.
-        f.comm_s += allgather_seconds(ring, n, 8);
-        f.bytes += 8;
-        ++f.collectives;
+        gather(8);
         if (k * n > max_density * rows) {
           reduce(rows * cols * 4);
           went_dense.push_back(fmt::format("[{} x {}]", t[0], t[1]));
         } else {
-          f.comm_s += allgather_seconds(ring, n, k * 8) + allgather_seconds(ring, n, k * cols * 4);
-          f.bytes += k * 8 + k * cols * 4;
-          f.collectives += 2;
+          gather(k * 8);
+          gather(k * cols * 4);
           any_sparse = true;
         }
       }
@@ -407,17 +414,21 @@ StepForecast predict(const Model& model, const Compute& compute, const Ring& rin
       }
     }
     for (int64_t i = 0; i < model.control_allreduces; ++i) {
-      const double t = allreduce_seconds(ring, n, 8);
-      f.comm_s += t;
-      f.exposed_s += t;
-      f.bytes += 8;
-      ++f.collectives;
+      const double before = f.comm_s;
+      reduce(8);
+      f.exposed_s += f.comm_s - before;
     }
   }
-  // Ranks that outnumber the cores take turns at all of it.
+  // Ranks that outnumber the cores take turns at the work (compute, the sparse rung's own, the
+  // collectives' copies and sums); the collectives' latency is waiting and takes no turn.
+  if (machine.slowdown != 1.0 && f.comm_s > 0) {
+    const double bandwidth = f.comm_s - latency;
+    const double shared_comm = latency + bandwidth * machine.slowdown;
+    f.exposed_s *= shared_comm / f.comm_s;
+    f.comm_s = shared_comm;
+  }
   f.compute_s *= machine.slowdown;
-  f.comm_s *= machine.slowdown;
-  f.exposed_s = (f.exposed_s + local) * machine.slowdown;
+  f.exposed_s += local * machine.slowdown;
   f.step_s = f.compute_s + f.exposed_s;
   f.samples_per_s = static_cast<double>(n) * static_cast<double>(batch) / f.step_s;
   const double alone = static_cast<double>(batch) / compute.step_seconds(batch);

@@ -142,7 +142,8 @@ struct StepForecast {
 
 /// Where the ranks run. A GPU computes while its links move the gradients; a CPU rank with a core
 /// of its own has no spare core for Gloo's threads to progress an overlapped all-reduce, and ranks
-/// that outnumber the cores take turns at everything, compute and communication alike.
+/// that outnumber the cores take turns at the work: compute and the collectives' copies and sums
+/// (their bandwidth terms), not their latency (waiting takes no core).
 struct Machine {
   double slowdown = 1.0;      ///< ranks / cores when the ranks outnumber the cores, else 1
   bool overlap_hides = true;  ///< communication progresses while backward runs
