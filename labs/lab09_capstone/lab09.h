@@ -50,14 +50,17 @@ struct JobIdentity {
 /// Where training stands after `step` optimizer steps: everything that resumes it besides the
 /// model, the optimizer and the random number generator.
 struct Position {
-  int64_t step = 0;           ///< optimizer steps taken so far, over the whole run
-  int64_t epoch = 0;          ///< the epoch the next step belongs to
-  int64_t step_in_epoch = 0;  ///< optimizer steps of that epoch already taken (the sampler's position)
-  uint64_t samples = 0;       ///< unique samples trained on so far (all ranks)
-  double device_seconds = 0;  ///< device time billed so far: world size x seconds of the job, over every attempt
+  int64_t step = 0;                  ///< optimizer steps taken so far, over the whole run
+  int64_t epoch = 0;                 ///< the epoch the next step belongs to
+  int64_t step_in_epoch = 0;         ///< optimizer steps of that epoch already taken (the sampler's position)
+  uint64_t samples = 0;              ///< unique samples trained on so far (all ranks)
+  double device_seconds = 0;         ///< device time billed so far: world size x seconds of the job, over every attempt
+  double loss_scale = 0;             ///< fp16's loss scaler: its scale (0: no scaler)
+  int64_t scale_growth_tracker = 0;  ///< and its clean steps in a row (GradScaler's _growth_tracker)
   bool operator==(const Position& o) const {
     return step == o.step && epoch == o.epoch && step_in_epoch == o.step_in_epoch && samples == o.samples &&
-           device_seconds == o.device_seconds;
+           device_seconds == o.device_seconds && loss_scale == o.loss_scale &&
+           scale_growth_tracker == o.scale_growth_tracker;
   }
 };
 

@@ -41,7 +41,9 @@ inline void to_json(nlohmann::json& j, const Position& p) {
        {"epoch", p.epoch},
        {"step_in_epoch", p.step_in_epoch},
        {"samples", p.samples},
-       {"device_seconds", p.device_seconds}};
+       {"device_seconds", p.device_seconds},
+       {"loss_scale", p.loss_scale},
+       {"scale_growth_tracker", p.scale_growth_tracker}};
 }
 inline void from_json(const nlohmann::json& j, Position& p) {
   j.at("step").get_to(p.step);
@@ -49,6 +51,9 @@ inline void from_json(const nlohmann::json& j, Position& p) {
   j.at("step_in_epoch").get_to(p.step_in_epoch);
   j.at("samples").get_to(p.samples);
   j.at("device_seconds").get_to(p.device_seconds);
+  // The loss scaler's state (fp16 runs): absent in a checkpoint of a job without one.
+  p.loss_scale = j.value("loss_scale", 0.0);
+  p.scale_growth_tracker = j.value("scale_growth_tracker", int64_t{0});
 }
 
 inline std::string tensors_digest(const std::vector<torch::Tensor>& tensors) {

@@ -27,6 +27,7 @@
 #include "ddplab/config_file.h"
 #include "ddplab/dist/agree.h"
 #include "ddplab/dist/grad_sync.h"
+#include "ddplab/grad_scaler.h"
 #include "ddplab/lab.h"
 #include "ddplab/log.h"
 #include "ddplab/train.h"
@@ -77,14 +78,14 @@ std::optional<fs::path> latest_checkpoint(const fs::path& from) {
   return all.back();
 }
 
-/// bf16 autocast on the CPU for the scope (the lab 05 guard, the kit's version).
+/// Autocast to `dtype` for the scope (the lab 05 guard, the kit's version); off for fp32.
 class Autocast {
  public:
-  Autocast(bool on, torch::DeviceType device) : on_(on), device_(device) {
+  Autocast(bool on, torch::DeviceType device, torch::ScalarType dtype) : on_(on), device_(device) {
     if (!on_) return;
     previous_ = amp::autocast_enabled(device_);
     amp::set_autocast_enabled(device_, true);
-    amp::set_autocast_dtype(device_, amp::low_precision_dtype(device_));
+    amp::set_autocast_dtype(device_, dtype);
     amp::increment_nesting();
   }
   ~Autocast() {
@@ -149,8 +150,9 @@ int main(int argc, char** argv) {
   program.add_flags = [&](LabFlags& f) {
     f.option("--sync", s.sync, "Gradient sync: per-param, bucketed, overlap or sparse")
         ->check(CLI::IsMember({"per-param", "bucketed", "overlap", "sparse"}));
-    f.option("--precision", s.precision, "fp32, or bf16 (autocast on the CPU; no loss scaling needed)")
-        ->check(CLI::IsMember({"fp32", "bf16"}));
+    f.option("--precision", s.precision,
+             "fp32; bf16 (autocast, no loss scaling needed); fp16 (autocast with the loss scaler: CUDA only)")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
     f.option("--accumulate", s.accumulate, "Micro-batches of --batch per optimizer step")->check(CLI::PositiveNumber);
     f.option("--warmup-steps", s.warmup_steps, "Optimizer steps of linear warm-up to the scaled learning rate")
         ->check(CLI::NonNegativeNumber);
@@ -202,7 +204,14 @@ int main(int argc, char** argv) {
                 price.instance, price.devices, W);
     }
     const auto strategy = dist::parse_sync_strategy(s.sync);
-    const bool bf16 = s.precision == "bf16";
+    const bool fp16 = s.precision == "fp16";
+    const bool autocast = s.precision != "fp32";
+    const torch::ScalarType low = fp16 ? torch::kHalf : torch::kBFloat16;
+    if (fp16 && !run.device().is_cuda()) {
+      throw ConfigError(
+          "--precision fp16: LibTorch's CPU autocast runs bfloat16 only (1.13; a CPU has no fp16 matrix product): use "
+          "bf16 on the CPU; fp16 with the loss scaler is for a CUDA device (not yet run on a GPU)");
+    }
 
     DeepFMOptions mo;
     mo.embedding_dim = s.embedding_dim;
@@ -214,6 +223,9 @@ int main(int argc, char** argv) {
     const double target_lr = run.options().effective_lr(global_batch);
     torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(target_lr));
     auto sync = dist::make_grad_sync(strategy, *comm, model->parameters());
+    // fp16: the loss scaler, one decision to skip a step for every rank.
+    std::optional<amp::GradScaler> scaler;
+    if (fp16) scaler.emplace(amp::GradScalerOptions{}, comm.get());
 
     const lab09::JobIdentity job{lab09::model_signature(*model), W, B, K, run.options().seed, run.train_size()};
     const int64_t micro_per_epoch = run.whole_global_batches();  // global batches of W x B
@@ -245,6 +257,7 @@ int main(int argc, char** argv) {
         const lab09::Checkpoint c = lab09::load_checkpoint(file->string(), job, *model, optimizer);
         pos = c.at;
         lab09::set_rng_state(c.rng);
+        if (scaler && pos.loss_scale > 0) scaler->load(pos.loss_scale, pos.scale_growth_tracker);
         resumed_from = fs::absolute(*file).lexically_normal().string();
         log::info0("resumed from {}: step {} (epoch {}, step {} of it), {} samples, {:.4f} device-hours billed before",
                    resumed_from, pos.step, pos.epoch, pos.step_in_epoch, pos.samples, pos.device_seconds / 3600);
@@ -282,6 +295,10 @@ int main(int argc, char** argv) {
       if (rank0) {
         const auto t = Clock::now();
         fs::create_directories(ckpt_dir);
+        if (scaler) {
+          pos.loss_scale = scaler->scale_value();
+          pos.scale_growth_tracker = scaler->growth_tracker();
+        }
         lab09::Checkpoint c{job, pos, lab09::rng_state(), ""};
         const fs::path file = ckpt_dir / checkpoint_name(pos.step);
         lab09::save_checkpoint(file.string(), c, *model, optimizer);
@@ -332,24 +349,29 @@ int main(int argc, char** argv) {
           torch::Tensor loss;
           {
             auto scope = timer.scope(Phase::kForward);
-            Autocast autocast(bf16, run.device().type());
+            Autocast cast(autocast, run.device().type(), low);
             loss = batch_loss(model, batch) / static_cast<double>(K);
           }
           const bool last = m + 1 == K;
           {
             std::optional<dist::GradSync::NoSync> guard;
             if (!last) guard.emplace(*sync);
-            sync->before_backward(loss);
+            const torch::Tensor to_backward = scaler ? scaler->scale(loss) : loss;
+            sync->before_backward(to_backward);
             {
               auto scope = timer.scope(Phase::kBackward);
-              loss.backward();
+              to_backward.backward();
             }
             auto scope = timer.scope(Phase::kComm);
             sync->finish();
           }
           if (last) {
             auto scope = timer.scope(Phase::kOptimizer);
-            optimizer.step();
+            if (scaler) {
+              scaler->step(optimizer, model->parameters());  // skipped on every rank if any saw inf/NaN
+            } else {
+              optimizer.step();
+            }
           }
           run.end_step(batch, loss.item<double>() * static_cast<double>(K));
         }
@@ -427,6 +449,11 @@ int main(int argc, char** argv) {
           final_spend.usd_per_epoch, final_spend.usd_per_million_samples);
     }
     nlohmann::json& r = run.report().json();
+    if (scaler) {
+      r["loss_scaler"] = {{"scale", scaler->scale_value()},
+                          {"growth_tracker", scaler->growth_tracker()},
+                          {"skipped_steps", scaler->skipped_steps()}};
+    }
     r["checkpoint"] = {{"dir", ckpt_dir.string()},     {"written", checkpoints_written}, {"last", last_checkpoint},
                        {"resumed_from", resumed_from}, {"resumed_at", resumed_at},       {"at_end", pos}};
     r["cost"] = {{"instance", price.instance},

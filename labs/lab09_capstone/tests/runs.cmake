@@ -15,6 +15,9 @@ if(LAB_TREE STREQUAL "solutions")
   ddplab_lab_run(config_unknown_key ARGS --config ${bad} RC 2 NO_REPORT
                  EXPECT "lab09_bad_config\\.toml:3: \\[train\\] colour: no flag --colour")
   ddplab_lab_run(straight_2 RANKS 2 ARGS ${args})
+  # fp16 autocast needs CUDA (LibTorch 1.13's CPU autocast is bf16 only): refused by name on a CPU.
+  ddplab_lab_run(fp16_needs_cuda ARGS ${args} --precision fp16 RC 2 EQ status=error
+                 EXPECT "--precision fp16: LibTorch's CPU autocast runs bfloat16 only")
   find_program(DDPLAB_TORCHRUN torchrun)
   if(DDPLAB_TORCHRUN)
     # Rank 0 dies after step 11 (its last checkpoint: step 10); torchrun restarts both ranks, which
