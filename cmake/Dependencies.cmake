@@ -43,4 +43,14 @@ if(DDPLAB_REQUIRE_CUDA AND NOT DDPLAB_HAVE_CUDA)
   message(FATAL_ERROR "the cuda preset needs a LibTorch with CUDA; ${Torch_DIR} has none. "
                       "Pass -DCMAKE_PREFIX_PATH=$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')")
 endif()
-message(STATUS "ddplab: Gloo backend ${DDPLAB_HAVE_GLOO}, CUDA ${DDPLAB_HAVE_CUDA}, NCCL ${DDPLAB_HAVE_NCCL}")
+# Open MPI (Debian: libopenmpi-dev) for the mpi backend (--backend mpi under mpirun): shared memory
+# between the ranks of one machine. Optional: without it the kit builds with Gloo only.
+# The project is C++ only: MPI's C API through FindMPI's CXX component, without the removed C++ bindings.
+set(MPI_CXX_SKIP_MPICXX ON)
+find_package(MPI COMPONENTS CXX QUIET)
+if(MPI_CXX_FOUND)
+  set(DDPLAB_HAVE_MPI ON)
+else()
+  set(DDPLAB_HAVE_MPI OFF)
+endif()
+message(STATUS "ddplab: Gloo backend ${DDPLAB_HAVE_GLOO}, MPI backend ${DDPLAB_HAVE_MPI}, CUDA ${DDPLAB_HAVE_CUDA}, NCCL ${DDPLAB_HAVE_NCCL}")

@@ -27,6 +27,7 @@ struct BenchAllreduceOptions {
   std::string device = "cpu";
   double timeout = 120;
   std::string json;  ///< also write the rows here (rank 0), the input of `ddplab forecast`
+  std::string backend = "auto";
 };
 
 int run_bench_allreduce(const BenchAllreduceOptions& o) {
@@ -42,6 +43,7 @@ int run_bench_allreduce(const BenchAllreduceOptions& o) {
     device = torch::Device(torch::kCUDA, static_cast<int8_t>(env.local_rank));
   dist::ProcessGroupOptions po;
   po.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout * 1000));
+  po.backend = o.backend;
   auto pg = dist::ProcessGroup::join(env, device, po);
   const int n = pg->size();
   const std::string backend = pg->backend_name();
@@ -114,6 +116,9 @@ void setup_bench_allreduce(CLI::App& bench) {
   sub->add_option("--warmup", o->warmup, "Untimed calls per size")->capture_default_str();
   sub->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")->capture_default_str();
   sub->add_option("--comm-timeout", o->timeout, "Seconds before a collective fails")->capture_default_str();
+  sub->add_option("--backend", o->backend, "auto (gloo on CPU, nccl on CUDA), gloo, nccl, or mpi (under mpirun)")
+      ->check(CLI::IsMember({"auto", "gloo", "mpi", "nccl"}))
+      ->capture_default_str();
   sub->add_option("--json", o->json, "Rank 0 also writes the rows to this JSON file (read by ddplab forecast)");
   sub->callback([o] { exit_status() = run_bench_allreduce(*o); });
 }

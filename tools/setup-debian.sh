@@ -16,6 +16,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   doxygen clang-format   # API reference; the style check (.clang-format)
   openmpi-bin             # mpirun, to show that labs run under other launchers
+  libopenmpi-dev          # MPI headers: the mpi backend (--backend mpi, shared memory between ranks)
   unzip zip               # the grader unpacks zipped submissions; its self-tests zip one
   bubblewrap              # bwrap: the grader's sandbox for student programs (--sandbox)
   iproute2                # ip netns: the two-node test's two network stacks (ddp.two_nodes_netns)

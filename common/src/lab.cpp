@@ -146,6 +146,7 @@ std::unique_ptr<data::BatchLoader> LabRun::global_batch_loader(int64_t epoch, in
 dist::ProcessGroupOptions LabRun::group_options() const {
   dist::ProcessGroupOptions po;
   po.timeout = std::chrono::milliseconds(static_cast<int64_t>(opts_.comm_timeout * 1000));
+  po.backend = opts_.backend;
   return po;
 }
 

@@ -42,6 +42,7 @@ nlohmann::json LabOptions::to_json() const {
           {"max_steps", max_steps},
           {"same_init", same_init},
           {"comm_timeout", comm_timeout},
+          {"backend", backend},
           {"train_samples", train_samples},
           {"eval_samples", eval_samples},
           {"trace", trace},
@@ -73,6 +74,12 @@ void add_lab_options(CLI::App& app, LabOptions& o) {
       ->capture_default_str();
   app.add_option("--comm-timeout", o.comm_timeout, "Seconds before a collective or the rendezvous fails")
       ->envname("DDPLAB_COMM_TIMEOUT")
+      ->capture_default_str();
+  app.add_option("--backend", o.backend,
+                 "Collectives: auto (gloo on CPU, nccl on CUDA), gloo, nccl, or mpi (ranks started by mpirun: shared "
+                 "memory between the ranks of a machine)")
+      ->check(CLI::IsMember({"auto", "gloo", "mpi", "nccl"}))
+      ->envname("DDPLAB_BACKEND")
       ->capture_default_str();
   app.add_option("--report", o.report, "Run report path; {rank} is replaced by the rank [runs/<lab>/rank<R>.json]")
       ->envname("DDPLAB_REPORT");

@@ -21,15 +21,16 @@ struct LabOptions {
   uint64_t seed = 0;                    ///< --seed: model initialisation and shuffling
   bool same_init = true;                ///< --same-init/--rank-init: every rank seeds with --seed, or --seed + rank
   double comm_timeout = 60.0;           ///< --comm-timeout, DDPLAB_COMM_TIMEOUT: seconds before a collective fails
-  std::string report;                   ///< --report, DDPLAB_REPORT: run report path ("{rank}" is replaced)
-  int64_t log_every = 100;              ///< --log-every: progress line every N steps (0: off)
-  int64_t max_steps = 0;                ///< --max-steps: stop after N steps (0: full epochs)
-  uint64_t train_samples = 0;           ///< --train-samples: use the first N training samples (0: all)
-  uint64_t eval_samples = 0;            ///< --eval-samples: evaluate on the first N test samples (0: all)
-  std::string save_model;               ///< --save-model: write the final parameters here (rank 0)
-  std::string log_level = "info";       ///< --log-level, DDPLAB_LOG_LEVEL
-  std::string trace;                    ///< --trace, DDPLAB_TRACE: timeline file ("{rank}" is replaced; empty: off)
-  int64_t trace_steps = 50;             ///< --trace-steps, DDPLAB_TRACE_STEPS: keep the first and last N steps (0: all)
+  std::string backend = "auto";    ///< --backend, DDPLAB_BACKEND: auto (gloo on CPU, nccl on CUDA), gloo, mpi, nccl
+  std::string report;              ///< --report, DDPLAB_REPORT: run report path ("{rank}" is replaced)
+  int64_t log_every = 100;         ///< --log-every: progress line every N steps (0: off)
+  int64_t max_steps = 0;           ///< --max-steps: stop after N steps (0: full epochs)
+  uint64_t train_samples = 0;      ///< --train-samples: use the first N training samples (0: all)
+  uint64_t eval_samples = 0;       ///< --eval-samples: evaluate on the first N test samples (0: all)
+  std::string save_model;          ///< --save-model: write the final parameters here (rank 0)
+  std::string log_level = "info";  ///< --log-level, DDPLAB_LOG_LEVEL
+  std::string trace;               ///< --trace, DDPLAB_TRACE: timeline file ("{rank}" is replaced; empty: off)
+  int64_t trace_steps = 50;        ///< --trace-steps, DDPLAB_TRACE_STEPS: keep the first and last N steps (0: all)
 
   /// Learning rate actually used for a global batch of `global_batch` samples.
   double effective_lr(int64_t global_batch) const;

@@ -17,6 +17,7 @@
 
 #include "ddplab/config.h"
 #include "ddplab/error.h"
+#include "mpi_backend.h"
 
 #ifdef DDPLAB_HAVE_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -60,7 +61,8 @@ std::unique_ptr<ProcessGroup> ProcessGroup::join(const Environment& env, torch::
                                                  const ProcessGroupOptions& opts) {
   ignore_sigpipe_once();  // the TCPStore's sockets too
   c10::intrusive_ptr<compat::Store> store;
-  if (!env.distributed()) {
+  if (!env.distributed() || opts.backend == "mpi") {
+    // MPI wires its ranks itself (mpirun): no rendezvous, and no store to publish progress to.
     store = c10::make_intrusive<c10d::HashStore>();
   } else {
     c10d::TCPStoreOptions o;
@@ -84,6 +86,25 @@ std::unique_ptr<ProcessGroup> ProcessGroup::join(const Environment& env, torch::
 ProcessGroup::ProcessGroup(c10::intrusive_ptr<compat::Store> store, int rank, int size, torch::Device device,
                            const ProcessGroupOptions& opts)
     : rank_(rank), size_(size), store_(std::move(store)), opts_(opts) {
+  const std::string& b = opts.backend;
+  if (b != "auto" && b != "gloo" && b != "nccl" && b != "mpi") {
+    throw ConfigError(fmt::format("--backend {}: expected auto, gloo, nccl or mpi", b));
+  }
+  if (b == "nccl" && !device.is_cuda())
+    throw ConfigError("--backend nccl: NCCL moves CUDA tensors; this run is on the CPU");
+  if ((b == "gloo" || b == "mpi") && device.is_cuda()) {
+    throw ConfigError(fmt::format("--backend {}: the kit runs CUDA tensors over NCCL (--backend auto or nccl)", b));
+  }
+  if (b == "mpi") {
+#ifdef DDPLAB_HAVE_MPI
+    backend_ = c10::make_intrusive<MpiBackend>(rank, size);
+    backend_name_ = "mpi";
+    opts_.publish_interval = std::chrono::milliseconds(0);  // no store shared by the ranks
+    return;
+#else
+    throw ConfigError("--backend mpi: this build has no MPI (Debian: libopenmpi-dev; configure the build again)");
+#endif
+  }
   if (device.is_cuda()) {
 #ifdef DDPLAB_HAVE_NCCL
     auto o = c10d::ProcessGroupNCCL::Options::create();

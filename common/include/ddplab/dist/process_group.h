@@ -25,6 +25,10 @@ struct ProcessGroupOptions {
   /// How often each rank publishes the collective it entered last to the store, for the stall
   /// diagnosis in timeout errors (0: never).
   std::chrono::milliseconds publish_interval{std::chrono::milliseconds(200)};
+  /// The collectives' transport: "auto" (Gloo for CPU tensors, NCCL for CUDA), "gloo", "nccl", or
+  /// "mpi" (Open MPI, for ranks started by mpirun: shared memory between the ranks of a machine;
+  /// no rendezvous store, so a stall names only this rank's collective).
+  std::string backend = "auto";
 };
 
 class ProcessGroup final : public Communicator {
@@ -57,7 +61,7 @@ class ProcessGroup final : public Communicator {
   void recv(torch::Tensor& t, int src, int tag = 0) override;
   void barrier() override;
 
-  /// "gloo" or "nccl".
+  /// "gloo", "nccl" or "mpi".
   const std::string& backend_name() const noexcept { return backend_name_; }
   /// Waits for every rank, then releases the backend and the store (idempotent).
   void shutdown();
