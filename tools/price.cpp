@@ -26,17 +26,6 @@ struct PriceOptions {
   std::string json;
 };
 
-uint64_t hex_digest(const nlohmann::json& v, const std::string& where) {
-  const auto s = v.get<std::string>();
-  try {
-    size_t used = 0;
-    const uint64_t d = std::stoull(s, &used, 16);
-    if (used == s.size()) return d;
-  } catch (const std::exception&) {
-  }
-  throw ConfigError(fmt::format("{}: '{}' is not a hex digest", where, s));
-}
-
 int run_price(const PriceOptions& o) {
   const auto table = cost::prices_from(o.prices);
   const cost::Price& price = cost::find_price(table, o.instance, o.prices.empty() ? cost::kKitPrices : o.prices);
@@ -78,8 +67,8 @@ int run_price(const PriceOptions& o) {
     std::vector<uint64_t> sets, samples;
     for (const auto& r : reps) {
       const auto& ep = r.at("epochs").at(e);
-      sets.push_back(hex_digest(ep.at("set_digest"),
-                                fmt::format("{}: epochs.{}.set_digest", r.at("_path").get<std::string>(), e)));
+      sets.push_back(parse_hex64(ep.at("set_digest").get<std::string>(),
+                                 fmt::format("{}: epochs.{}.set_digest", r.at("_path").get<std::string>(), e)));
       samples.push_back(ep.at("samples").get<uint64_t>());
     }
     const auto u = epoch_unique_samples(sets, samples, n);

@@ -9,32 +9,18 @@
 
 #include "ddplab/error.h"
 #include "ddplab/prices_toml.h"
+#include "toml_entries.h"
 
 namespace ddplab::cost {
 
 std::vector<Price> parse_prices(const std::string& text, const std::string& source) {
   toml::table root;
-  try {
-    root = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    throw ConfigError(
-        fmt::format("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column, e.description()));
-  }
-  const auto* entries = root["instance"].as_array();
-  if (!entries || entries->empty()) throw ConfigError(fmt::format("{}: no [[instance]] entries", source));
   std::vector<Price> table;
   std::set<std::string> names;
-  for (const auto& node : *entries) {
-    const int line = static_cast<int>(node.source().begin.line);
-    const auto* t = node.as_table();
-    if (!t) throw ConfigError(fmt::format("{}:{}: each [[instance]] must be a table", source, line));
-    auto str = [&](const char* key) {
-      const auto v = (*t)[key].value<std::string>();
-      if (!v || v->empty()) {
-        throw ConfigError(fmt::format("{}:{}: [[instance]] needs `{} = \"...\"`", source, line, key));
-      }
-      return *v;
-    };
+  for (const auto& entry : toml_util::toml_entries(root, text, source, "instance")) {
+    const toml::table* t = entry.first;
+    const int line = entry.second;
+    auto str = [&](const char* key) { return toml_util::toml_string(*t, key, source, line, "instance"); };
     Price p;
     p.instance = str("name");
     p.devices_are = str("devices_are");
@@ -50,13 +36,8 @@ std::vector<Price> parse_prices(const std::string& text, const std::string& sour
       throw ConfigError(
           fmt::format("{}:{}: instance '{}': usd_per_hour must be a number > 0", source, line, p.instance));
     }
-    for (const auto& [key, value] : *t) {
-      static const std::set<std::string> known = {"name", "devices", "devices_are", "usd_per_hour", "source", "as_of"};
-      if (!known.count(std::string(key.str()))) {
-        throw ConfigError(fmt::format("{}:{}: instance '{}': unknown key '{}' (known: {})", source,
-                                      value.source().begin.line, p.instance, key.str(), fmt::join(known, ", ")));
-      }
-    }
+    toml_util::toml_known_keys(*t, {"name", "devices", "devices_are", "usd_per_hour", "source", "as_of"}, source,
+                               fmt::format("instance '{}'", p.instance));
     p.devices = static_cast<int>(*devices);
     p.usd_per_hour = *usd;
     if (!names.insert(p.instance).second) {

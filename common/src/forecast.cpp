@@ -15,6 +15,7 @@
 #include "ddplab/dist/grad_sync.h"
 #include "ddplab/error.h"
 #include "ddplab/links_toml.h"
+#include "toml_entries.h"
 #include "ddplab/timer.h"
 
 namespace ddplab::forecast {
@@ -134,38 +135,21 @@ std::pair<std::vector<Timing>, int> load_allreduce_json(const std::string& path)
 
 std::vector<Link> parse_links(const std::string& text, const std::string& source) {
   toml::table root;
-  try {
-    root = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    throw ConfigError(
-        fmt::format("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column, e.description()));
-  }
-  const auto* entries = root["link"].as_array();
-  if (!entries || entries->empty()) throw ConfigError(fmt::format("{}: no [[link]] entries", source));
   std::vector<Link> links;
   std::set<std::string> names;
-  static const std::set<std::string> known = {"name",     "describes",        "latency_us",  "latency_source",
-                                              "gb_per_s", "bandwidth_source", "max_devices", "estimate"};
-  for (const auto& node : *entries) {
-    const int line = static_cast<int>(node.source().begin.line);
-    const auto* t = node.as_table();
-    if (!t) throw ConfigError(fmt::format("{}:{}: each [[link]] must be a table", source, line));
-    auto str = [&](const char* key) {
-      const auto v = (*t)[key].value<std::string>();
-      if (!v || v->empty()) throw ConfigError(fmt::format("{}:{}: [[link]] needs `{} = \"...\"`", source, line, key));
-      return *v;
-    };
+  for (const auto& entry : toml_util::toml_entries(root, text, source, "link")) {
+    const toml::table* t = entry.first;
+    const int line = entry.second;
+    auto str = [&](const char* key) { return toml_util::toml_string(*t, key, source, line, "link"); };
     Link l;
     l.name = str("name");
     l.describes = str("describes");
     l.latency_source = str("latency_source");
     l.bandwidth_source = str("bandwidth_source");
-    for (const auto& [key, value] : *t) {
-      if (!known.count(std::string(key.str()))) {
-        throw ConfigError(fmt::format("{}:{}: link '{}': unknown key '{}' (known: {})", source,
-                                      value.source().begin.line, l.name, key.str(), fmt::join(known, ", ")));
-      }
-    }
+    toml_util::toml_known_keys(*t,
+                               {"name", "describes", "latency_us", "latency_source", "gb_per_s", "bandwidth_source",
+                                "max_devices", "estimate"},
+                               source, fmt::format("link '{}'", l.name));
     auto positive = [&](const char* key) {
       const auto v = (*t)[key].value<double>();
       if (!v || !(*v > 0)) {

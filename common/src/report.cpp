@@ -75,6 +75,16 @@ std::string parameter_digest(const torch::nn::Module& module) {
   return hex64(h);
 }
 
+uint64_t parse_hex64(const std::string& s, const std::string& what) {
+  try {
+    size_t used = 0;
+    const uint64_t v = std::stoull(s, &used, 16);
+    if (used == s.size()) return v;
+  } catch (const std::exception&) {
+  }
+  throw Error(fmt::format("{}: '{}' is not a hex digest", what, s));
+}
+
 RunReport::RunReport(std::string lab, int rank, int world_size) {
   j_["schema"] = kReportSchema;
   j_["version"] = kReportVersion;

@@ -58,6 +58,8 @@ std::string parameter_digest(const torch::nn::Module& module);
 
 /// Formats a 64-bit digest as 16 lower-case hex digits.
 std::string hex64(uint64_t v);
+/// The digest hex64 wrote; ddplab::Error "what: 's' is not a hex digest" for anything else.
+uint64_t parse_hex64(const std::string& s, const std::string& what);
 
 /// Builder for one rank's report; every section is optional until write().
 class RunReport {

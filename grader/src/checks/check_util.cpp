@@ -20,16 +20,6 @@ namespace {
 /// The first line of an error message (c10 appends a C++ backtrace).
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
-uint64_t parse_hex(const std::string& s, const std::string& what) {
-  try {
-    size_t used = 0;
-    const uint64_t v = std::stoull(s, &used, 16);
-    if (used == s.size()) return v;
-  } catch (const std::exception&) {
-  }
-  throw Error(fmt::format("{}: '{}' is not a hex digest", what, s));
-}
-
 }  // namespace
 
 std::string where(const GradeContext& ctx, const CheckSpec& c) {
@@ -355,9 +345,9 @@ std::vector<EpochView> epochs_of(const std::vector<json>& reps) {
     for (size_t k = 0; k < reps.size(); ++k) {
       const int rank = static_cast<int>(k);
       const std::string base = fmt::format("epochs.{}.", e);
-      out[e].set.push_back(parse_hex(field<std::string>(reps[k], base + "set_digest", rank), base + "set_digest"));
+      out[e].set.push_back(parse_hex64(field<std::string>(reps[k], base + "set_digest", rank), base + "set_digest"));
       out[e].order.push_back(
-          parse_hex(field<std::string>(reps[k], base + "order_digest", rank), base + "order_digest"));
+          parse_hex64(field<std::string>(reps[k], base + "order_digest", rank), base + "order_digest"));
       out[e].samples.push_back(field<uint64_t>(reps[k], base + "samples", rank));
       out[e].steps.push_back(field<uint64_t>(reps[k], base + "steps", rank));
     }
