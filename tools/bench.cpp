@@ -11,6 +11,7 @@ void setup_bench(CLI::App& app) {
   setup_bench_allreduce(*bench);
   setup_bench_scaling(*bench);
   setup_bench_grade(*bench);
+  setup_bench_pytorch(*bench);
 }
 
 }  // namespace ddplab::tools

@@ -23,6 +23,8 @@ void setup_bench_allreduce(CLI::App& bench);
 void setup_bench_scaling(CLI::App& bench);
 /// Registers `bench grade` under `bench` (tools/bench_grade.cpp).
 void setup_bench_grade(CLI::App& bench);
+/// Registers `bench pytorch` under `bench` (tools/bench_pytorch.cpp).
+void setup_bench_pytorch(CLI::App& bench);
 
 /// Exit status the process returns after a subcommand ran (a benchmark that missed its target: 1).
 int& exit_status();
