@@ -26,6 +26,8 @@ if(LAB_TREE STREQUAL "solutions")
   find_program(DDPLAB_TORCHRUN torchrun)
   if(DDPLAB_TORCHRUN)
     lab_launch_test(torchrun torchrun "${DDPLAB_TORCHRUN};--standalone;--nproc_per_node;2;--no_python;--redirects;1;--tee;1" "")
+    # torchrun --standalone always rendezvouses at localhost:29400: one such job at a time.
+    set_tests_properties(${LAB_TARGET}.under_torchrun PROPERTIES RESOURCE_LOCK torchrun_29400)
   else()
     message(WARNING "torchrun not found (Debian: python3-torch, installed by tools/setup-debian.sh): "
                     "the test of labs under torchrun is not registered")

@@ -36,6 +36,8 @@ if(LAB_TREE STREQUAL "solutions")
     ddplab_lab_run(overlap_torchrun_2 RANKS 2 ARGS ${args} --batch 256 --sync student-overlap
                    LAUNCHER ${DDPLAB_TORCHRUN};--standalone;--nproc_per_node;2;--no_python;--redirects;1;--tee;1
                    EQ status=ok config.launcher=torchrun sync.steps.order_in_layout=ON)
+    # torchrun --standalone always rendezvouses at localhost:29400: one such job at a time.
+    set_tests_properties(${LAB_TARGET}.overlap_torchrun_2 PROPERTIES RESOURCE_LOCK torchrun_29400)
     list(APPEND overlap_runs overlap_torchrun_2)
   endif()
   # At 2 ranks a sum over ranks rounds once however the gradients are packed: the same bits.

@@ -26,6 +26,8 @@ if(LAB_TREE STREQUAL "solutions")
                    LAUNCHER ${DDPLAB_TORCHRUN};--standalone;--nproc_per_node;2;--max_restarts;1;--no_python;--redirects;1;--tee;1
                    EXPECT "kills itself" "resumed from .*step-00000010\\.pt: step 10"
                    EQ status=ok config.launcher=torchrun checkpoint.resumed_at.step=10 TIMEOUT 180)
+    # torchrun --standalone always rendezvouses at localhost:29400: one such job at a time.
+    set_tests_properties(${LAB_TARGET}.torchrun_restart PROPERTIES RESOURCE_LOCK torchrun_29400)
     ddplab_lab_same_params(ORACLE straight_2 RUNS torchrun_restart)
   else()
     message(WARNING "torchrun not found (Debian: python3-torch, installed by tools/setup-debian.sh): "
