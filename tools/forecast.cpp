@@ -173,6 +173,7 @@ int run_forecast(const ForecastOptions& o) {
         "the fit misses by {:.0f} % (median), {:.0f} % at most ({:.0f} B)\n",
         fit.ranks, timings.first.size(), fit.ring.latency_s * 1e6, fit.ring.bytes_per_s / 1e9,
         100 * fit.median_relative_error, 100 * fit.worst_relative_error, fit.worst_bytes);
+    if (!fit.fallback.empty()) fmt::print("  note: {}\n", fit.fallback);
     nlohmann::json report;
     const std::string program = template_program(o.program);
     if (!o.run.empty()) {
@@ -206,7 +207,8 @@ int run_forecast(const ForecastOptions& o) {
                    {"bytes_per_s", fit.ring.bytes_per_s},
                    {"ranks", fit.ranks},
                    {"median_relative_error", fit.median_relative_error},
-                   {"worst_relative_error", fit.worst_relative_error}};
+                   {"worst_relative_error", fit.worst_relative_error},
+                   {"fallback", fit.fallback}};
     out["compute"] = {{"per_sample_s", compute.per_sample_s},
                       {"backward_per_sample_s", compute.backward_per_sample_s},
                       {"per_step_s", compute.per_step_s},

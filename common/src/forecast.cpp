@@ -83,16 +83,30 @@ Fit fit_ring(const std::vector<Timing>& timings, int n) {
       w[i] = 1.0 / (t.seconds * t.seconds * std::max(e, 1e-9));
     }
   }
-  if (!(c0 > 0) || !(c1 > 0)) {
-    throw ConfigError(fmt::format(
-        "the all-reduce timings do not fit the ring model: latency term {:.3g} s, per-byte term {:.3g} s (both must "
-        "be positive; are the timings of one world size, from small to large messages?)",
-        c0, c1));
-  }
   Fit f;
   f.ranks = n;
-  f.ring.latency_s = c0 / (2.0 * (n - 1));
-  f.ring.bytes_per_s = 2.0 * (n - 1) / n / c1;
+  if (c0 > 0 && c1 > 0) {
+    f.ring.latency_s = c0 / (2.0 * (n - 1));
+    f.ring.bytes_per_s = 2.0 * (n - 1) / n / c1;
+  } else {
+    // No line with a positive latency and bandwidth: each term from the sizes it dominates.
+    std::vector<double> small;
+    const Timing* largest = &timings.front();
+    for (const auto& t : timings) {
+      if (t.bytes <= 4096) small.push_back(t.seconds);
+      if (t.bytes > largest->bytes) largest = &t;
+    }
+    if (small.empty())
+      small.push_back(std::min_element(timings.begin(), timings.end(), [](auto& a, auto& b) {
+                        return a.bytes < b.bytes;
+                      })->seconds);
+    f.ring.latency_s = median(small) / (2.0 * (n - 1));
+    f.ring.bytes_per_s = 2.0 * (n - 1) / n * largest->bytes / largest->seconds;
+    f.fallback = fmt::format(
+        "the timings make no line with a positive latency and bandwidth (fit: {:.3g} s + {:.3g} s a byte): a from the "
+        "median of the messages up to 4 KiB, B from the largest ({:.0f} B)",
+        c0, c1, largest->bytes);
+  }
   std::vector<double> errors;
   for (const auto& t : timings) {
     const double e = relative_error(allreduce_seconds(f.ring, n, t.bytes), t.seconds);

@@ -38,14 +38,19 @@ struct Fit {
   double median_relative_error = 0;  ///< |model - measured| / measured over the timings
   double worst_relative_error = 0;
   double worst_bytes = 0;  ///< the size where the model misses most
+  /// Not empty when the timings do not make a line with a positive latency and bandwidth (small
+  /// messages as slow as large ones on a loaded machine): how a and B were taken instead.
+  std::string fallback;
 };
 
 /// The ring model that best fits all-reduce timings taken at world size n >= 2: t = c0 + c1 S
 /// minimising the sum of relative errors |model - t| / t (so the microsecond small messages weigh
 /// as much as the large ones, and one outlier - a 64 KiB call that happened to be fast - does not
 /// pull the line; iteratively reweighted least squares), a = c0 / (2(n-1)), B = 2(n-1)/n / c1.
-/// Throws ConfigError for fewer than two distinct sizes, n < 2, or a fit whose latency or
-/// bandwidth is not positive (naming both).
+/// When that line has a latency or a per-byte term that is not positive (the timings hardly grow
+/// with the size, as on a machine where a small collective costs as much as a megabyte), a is the
+/// median time of the messages up to 4 KiB over 2(n-1) and B the largest message's bus bandwidth,
+/// and `fallback` says so. Throws ConfigError for fewer than two distinct sizes or n < 2.
 Fit fit_ring(const std::vector<Timing>& timings, int n);
 
 /// The timings of `ddplab bench allreduce --json FILE` and the world size they were taken at.
