@@ -23,6 +23,7 @@
 #include "ddplab/launch.h"
 #include "ddplab/report.h"
 #include "ddplab/timer.h"
+#include "trial.h"
 
 namespace fs = std::filesystem;
 
@@ -52,16 +53,6 @@ struct Result {
   double auc = -1;
 };
 
-std::string run_capture(LaunchSpec spec, double timeout, const std::string& what) {
-  spec.timeout_s = timeout;
-  std::ostringstream out;
-  spec.on_line = [&](int, bool, const std::string& line) { out << line << "\n"; };
-  spec.on_message = [&](const std::string& m) { out << m << "\n"; };
-  const LaunchResult r = launch(spec);
-  if (r.exit_code != 0) throw Error(fmt::format("{} failed: {}\n{}", what, r.summary, out.str()));
-  return out.str();
-}
-
 Result run_kit(const BenchPytorchOptions& o, int n, const fs::path& dir) {
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -85,26 +76,8 @@ Result run_kit(const BenchPytorchOptions& o, int n, const fs::path& dir) {
   LaunchSpec spec;
   spec.nproc = n;
   spec.command = args;
-  if (o.backend == "mpi" && n > 1) {
-    spec.command = {"/usr/bin/env",
-                    "-u",
-                    "RANK",
-                    "-u",
-                    "WORLD_SIZE",
-                    "-u",
-                    "LOCAL_RANK",
-                    "-u",
-                    "LOCAL_WORLD_SIZE",
-                    "mpirun",
-                    "--oversubscribe",
-                    "-np",
-                    std::to_string(n)};
-    if (::geteuid() == 0) spec.command.push_back("--allow-run-as-root");
-    spec.command.insert(spec.command.end(), args.begin(), args.end());
-    spec.command.insert(spec.command.end(), {"--backend", "mpi"});
-    spec.nproc = 1;
-  }
-  run_capture(spec, o.timeout, fmt::format("the kit's trainer on {} rank(s)", n));
+  if (o.backend == "mpi" && n > 1) start_with_mpirun(spec, n);
+  run_captured(spec, o.timeout, fmt::format("the kit's trainer on {} rank(s)", n));
   Result r;
   double slowest = 0;
   for (int k = 0; k < n; ++k) {
@@ -133,7 +106,7 @@ Result run_pytorch(const BenchPytorchOptions& o, int n) {
         std::to_string(n), "--redirects", "1",    "--tee", "1"};
   }
   spec.command.insert(spec.command.end(), args.begin(), args.end());
-  const std::string out = run_capture(spec, o.timeout, fmt::format("PyTorch DDP on {} rank(s)", n));
+  const std::string out = run_captured(spec, o.timeout, fmt::format("PyTorch DDP on {} rank(s)", n));
   const size_t at = out.find("PYTORCH_RESULT ");
   if (at == std::string::npos) throw Error(fmt::format("PyTorch DDP on {} rank(s) printed no result:\n{}", n, out));
   const auto j = nlohmann::json::parse(out.substr(at + 15, out.find('\n', at) - at - 15));

@@ -35,6 +35,7 @@
 #include "ddplab/system.h"
 #include "ddplab/timer.h"
 #include "ddplab/train.h"
+#include "trial.h"
 
 namespace fs = std::filesystem;
 
@@ -145,36 +146,8 @@ std::vector<nlohmann::json> run_job(const ScalingOptions& o, int n, const std::s
                   sync,
                   "--out",
                   dir.string()};
-  if (o.backend == "mpi" && sync != "none") {
-    // MPI's ranks are started by mpirun: one launcher process that starts n workers, without the
-    // kit launcher's own rank variables (they would make each worker a job of one).
-    std::vector<std::string> worker(spec.command.begin(), spec.command.end());
-    worker.insert(worker.end(), {"--backend", "mpi"});
-    spec.command = {"/usr/bin/env",
-                    "-u",
-                    "RANK",
-                    "-u",
-                    "WORLD_SIZE",
-                    "-u",
-                    "LOCAL_RANK",
-                    "-u",
-                    "LOCAL_WORLD_SIZE",
-                    "mpirun",
-                    "--oversubscribe",
-                    "-np",
-                    std::to_string(n)};
-    if (::geteuid() == 0) spec.command.push_back("--allow-run-as-root");
-    spec.command.insert(spec.command.end(), worker.begin(), worker.end());
-    spec.nproc = 1;
-  }
-  spec.timeout_s = o.timeout;
-  std::ostringstream log;
-  spec.on_line = [&](int rank, bool, const std::string& line) { log << "[rank " << rank << "] " << line << "\n"; };
-  spec.on_message = [&](const std::string& m) { log << m << "\n"; };
-  const LaunchResult r = launch(spec);
-  if (r.exit_code != 0) {
-    throw Error(fmt::format("bench scaling: the {}-rank {} job failed: {}\n{}", n, sync, r.summary, log.str()));
-  }
+  if (o.backend == "mpi" && sync != "none") start_with_mpirun(spec, n);  // MPI's ranks are started by mpirun
+  run_captured(spec, o.timeout, fmt::format("bench scaling: the {}-rank {} job", n, sync));
   std::vector<nlohmann::json> out;
   for (int rank = 0; rank < n; ++rank) {
     const auto path = dir / fmt::format("rank{}.json", rank);

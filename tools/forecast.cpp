@@ -67,12 +67,7 @@ std::pair<std::vector<Timing>, int> measure_allreduce(const fs::path& out, int64
                   std::to_string(max_bytes),
                   "--json",
                   out.string()};
-  spec.timeout_s = timeout_s;
-  std::ostringstream log;
-  spec.on_line = [&](int rank, bool, const std::string& line) { log << "[rank " << rank << "] " << line << "\n"; };
-  spec.on_message = [&](const std::string& m) { log << m << "\n"; };
-  const LaunchResult r = launch(spec);
-  if (r.exit_code != 0) throw Error(fmt::format("bench allreduce at 2 ranks failed: {}\n{}", r.summary, log.str()));
+  run_captured(spec, timeout_s, "bench allreduce at 2 ranks");
   return load_allreduce_json(out.string());
 }
 

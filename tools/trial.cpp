@@ -1,5 +1,7 @@
 #include "trial.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -39,25 +41,43 @@ Trial read_trial(const std::vector<fs::path>& reports) {
   return t;
 }
 
-LaunchResult run_job(LaunchSpec spec, const fs::path& dir, double timeout_s) {
-  spec.timeout_s = timeout_s;
-  std::ostringstream log;
-  spec.on_line = [&](int rank, bool, const std::string& line) { log << "[rank " << rank << "] " << line << "\n"; };
-  spec.on_message = [&](const std::string& m) { log << "[launcher] " << m << "\n"; };
-  const LaunchResult r = launch(spec);
-  write_file_atomic((dir / "output.txt").string(), log.str());
-  if (r.exit_code != 0) {
-    throw Error(fmt::format("the trial `{}` on {} process(es) failed: {}\n{}", fmt::join(spec.command, " "), spec.nproc,
-                            r.summary, last_lines(log.str(), 15)));
-  }
-  return r;
-}
-
 std::vector<std::string> trial_flags(int64_t steps) {
   return {"--max-steps", std::to_string(steps), "--log-every", "0"};
 }
 
 }  // namespace
+
+std::string run_captured(LaunchSpec spec, double timeout_s, const std::string& what, const fs::path& log) {
+  spec.timeout_s = timeout_s;
+  std::ostringstream out;
+  spec.on_line = [&](int rank, bool, const std::string& line) { out << "[rank " << rank << "] " << line << "\n"; };
+  spec.on_message = [&](const std::string& m) { out << "[launcher] " << m << "\n"; };
+  const LaunchResult r = launch(spec);
+  if (!log.empty()) write_file_atomic(log.string(), out.str());
+  if (r.exit_code != 0) throw Error(fmt::format("{} failed: {}\n{}", what, r.summary, last_lines(out.str(), 40)));
+  return out.str();
+}
+
+void start_with_mpirun(LaunchSpec& spec, int n) {
+  std::vector<std::string> command = {"/usr/bin/env",
+                                      "-u",
+                                      "RANK",
+                                      "-u",
+                                      "WORLD_SIZE",
+                                      "-u",
+                                      "LOCAL_RANK",
+                                      "-u",
+                                      "LOCAL_WORLD_SIZE",
+                                      "mpirun",
+                                      "--oversubscribe",
+                                      "-np",
+                                      std::to_string(n)};
+  if (::geteuid() == 0) command.push_back("--allow-run-as-root");
+  command.insert(command.end(), spec.command.begin(), spec.command.end());
+  command.insert(command.end(), {"--backend", "mpi"});
+  spec.command = std::move(command);
+  spec.nproc = 1;
+}
 
 std::string template_program(const std::string& given) {
   if (!given.empty()) return given;
@@ -89,7 +109,8 @@ Trial run_trial(const std::string& program, const std::vector<std::string>& args
   spec.command.insert(spec.command.end(), args.begin(), args.end());
   for (const auto& f : trial_flags(steps)) spec.command.push_back(f);
   spec.command.insert(spec.command.end(), {"--report", (dir / "rank{rank}.json").string()});
-  run_job(spec, dir, timeout_s);
+  run_captured(spec, timeout_s, fmt::format("the trial `{}` on {} process(es)", fmt::join(spec.command, " "), ranks),
+               dir / "output.txt");
   std::vector<fs::path> reports;
   for (int r = 0; r < ranks; ++r) reports.push_back(dir / fmt::format("rank{}.json", r));
   return read_trial(reports);
@@ -112,7 +133,8 @@ std::vector<Trial> run_independent(const std::string& program, const std::vector
                   program};
   spec.command.insert(spec.command.end(), args.begin(), args.end());
   for (const auto& f : trial_flags(steps)) spec.command.push_back(f);
-  run_job(spec, dir, timeout_s);
+  run_captured(spec, timeout_s, fmt::format("the trial `{}` on {} process(es)", fmt::join(spec.command, " "), copies),
+               dir / "output.txt");
   std::vector<Trial> out;
   for (int c = 0; c < copies; ++c) out.push_back(read_trial({dir / fmt::format("copy{}", c) / "rank0.json"}));
   return out;

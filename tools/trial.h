@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ddplab/launch.h"
+
 namespace ddplab::tools {
 
 /// One trial job: its reports (one per rank) and the figures read from them.
@@ -21,6 +23,18 @@ struct Trial {
   double comm_share = 0;     ///< rank 0's exposed communication / wall
   std::vector<nlohmann::json> reports;
 };
+
+/// Runs `spec` until it ends or `timeout_s` passes, every line of its output kept with "[rank R] "
+/// before it (the launcher's own with "[launcher] "), and returns the output; written to `log` too
+/// when one is given. A failed job throws Error with `what`, the launcher's summary and the
+/// output's last 40 lines. What the benchmarks and trials of `ddplab` start goes through here.
+std::string run_captured(LaunchSpec spec, double timeout_s, const std::string& what,
+                         const std::filesystem::path& log = {});
+
+/// Makes `spec` a job that mpirun starts: n ranks of spec.command with `--backend mpi`, without the
+/// kit launcher's own rank variables (they would make each rank a job of one); --allow-run-as-root
+/// when run as root, as Debian's Open MPI wants.
+void start_with_mpirun(LaunchSpec& spec, int n);
 
 /// The program to try: `given`, or the lab 09 template next to this ddplab (same bin folder).
 std::string template_program(const std::string& given);

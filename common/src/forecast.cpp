@@ -301,16 +301,14 @@ SparseWork measure_sparse_work(const Model& model, int reps) {
       const torch::Tensor touched = torch::randperm(s[0], torch::kInt64).narrow(0, 0, std::min(k, s[0]));
       g.index_fill_(0, touched, 1.0F);
       auto t0 = StepTimer::Clock::now();
-      const torch::Tensor rows = g.ne(0).any(1).nonzero().squeeze(1);
+      const torch::Tensor rows = dist::touched_rows(g);
       const torch::Tensor vals = g.index_select(0, rows);
       g.index_fill_(0, rows, 0.0);
       scan += seconds_since(t0);
-      t0 = StepTimer::Clock::now();
+      t0 = StepTimer::Clock::now();  // per rank: its rows added, and averaged
       g.index_add_(0, rows, vals);
+      dist::average_rows_(g, rows, 2);
       add += seconds_since(t0);
-      t0 = StepTimer::Clock::now();
-      g.div_(2);  // the average, over the whole table
-      scan += seconds_since(t0);
     }
     scans.push_back(scan);
     adds.push_back(add);

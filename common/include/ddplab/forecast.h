@@ -96,7 +96,8 @@ Compute compute_from_report(const nlohmann::json& report);
 Compute compute_from_throughput(double samples_per_s);
 
 /// The sparse rung's own work on a rank, besides its collectives: finding the rows a step touched
-/// (a scan of each table's dense gradient), and adding each rank's rows back into it.
+/// (dist::touched_rows, a scan of each table's dense gradient), and adding each rank's rows back
+/// into it and averaging them (dist::average_rows_).
 struct SparseWork {
   double scan_s = 0;      ///< per step, every table
   double per_rank_s = 0;  ///< per step and rank whose rows are added, every table

@@ -132,6 +132,17 @@ void GradSync::finish() {
   last_.wait_seconds = now.total_seconds() - start_.total_seconds();
 }
 
+torch::Tensor touched_rows(const torch::Tensor& grad) {
+  // A sum of non-negative numbers is at least its largest term. 3x faster than g.ne(0).any(1) on
+  // DeepFM's table (2.0 vs 6.5 ms, LibTorch 1.13, one thread of the 2-core VM).
+  return grad.abs().sum(1).nonzero().squeeze(1);
+}
+
+void average_rows_(torch::Tensor& grad, const torch::Tensor& rows, int world) {
+  // Listing each row once would cost torch::_unique: 0.8 ms for 8k rows here.
+  grad.index_copy_(0, rows, grad.index_select(0, rows).div_(world));
+}
+
 std::vector<Bucket> one_bucket_per_param(const std::vector<torch::Tensor>& params) {
   std::vector<Bucket> buckets;
   for (size_t i = 0; i < params.size(); ++i) buckets.push_back(Bucket{{i}, params[i].numel(), nbytes(params[i])});
@@ -419,10 +430,7 @@ class SparseSync final : public GradSync {
       torch::Tensor& g = p.mutable_grad();
       if (!g.defined()) g = torch::zeros_like(p);
       check_dense(g, i);
-      // The rows this rank touched (int64 ids): a row's absolute values sum to 0 exactly when all are
-      // 0 (a sum of non-negative numbers is at least its largest term; inf and NaN count as touched).
-      // 3x faster than g.ne(0).any(1) on this table (2.0 vs 6.5 ms, LibTorch 1.13, one thread).
-      const torch::Tensor rows = g.abs().sum(1).nonzero().squeeze(1);
+      const torch::Tensor rows = touched_rows(g);
       const int64_t k = rows.size(0);
       torch::Tensor count = torch::tensor({k}, torch::TensorOptions().dtype(torch::kInt64).device(g.device()));
       std::vector<torch::Tensor> counts(static_cast<size_t>(world));
@@ -459,12 +467,7 @@ class SparseSync final : public GradSync {
         touched.push_back(all_ids[static_cast<size_t>(r)].narrow(0, 0, kr));
         g.index_add_(0, touched.back(), all_vals[static_cast<size_t>(r)].narrow(0, 0, kr));
       }
-      // The average: only the rows some rank touched are not zero, so divide those, not the table
-      // (the same arithmetic as dividing it all: zeros stay zero). A row several ranks touched is
-      // listed more than once and written more than once with the same quotient, read before any
-      // write: cheaper than making the list unique (torch::_unique: 0.8 ms for 8k rows here).
-      const torch::Tensor any_rank = torch::cat(touched);
-      g.index_copy_(0, any_rank, g.index_select(0, any_rank).div_(world));
+      average_rows_(g, torch::cat(touched), world);
     }
   }
 

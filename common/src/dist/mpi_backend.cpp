@@ -146,11 +146,10 @@ class MpiWork final : public compat::Work {
 constexpr int64_t kChunkBytes = int64_t{1} << 20;
 std::vector<std::pair<int64_t, int>> chunks(const at::Tensor& t) {
   const int64_t es = t.element_size(), per = std::max<int64_t>(1, kChunkBytes / es);
+  if (t.numel() == 0) return {{0, 0}};  // one call all the same: every rank must enter it
   std::vector<std::pair<int64_t, int>> out;
-  for (int64_t at = 0; at < t.numel() || (at == 0 && t.numel() == 0); at += per) {
+  for (int64_t at = 0; at < t.numel(); at += per)
     out.emplace_back(at * es, static_cast<int>(std::min(per, t.numel() - at)));
-    if (t.numel() == 0) break;
-  }
   return out;
 }
 

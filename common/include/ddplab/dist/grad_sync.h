@@ -60,6 +60,14 @@ std::vector<Bucket> assign_buckets(const std::vector<torch::Tensor>& params, con
 /// subclass whose reduce() handles one tensor at a time).
 std::vector<Bucket> one_bucket_per_param(const std::vector<torch::Tensor>& params);
 
+/// The sparse rung's two local operations on an embedding table's gradient (also timed by
+/// `ddplab forecast`): the rows that hold anything, as int64 ids (a row's absolute values sum to 0
+/// exactly when all are 0; inf and NaN count as touched), and the average of the listed rows
+/// (divided by `world`; a row may be listed more than once: every copy writes the same quotient,
+/// read before any write). Only touched rows can be non-zero, so dividing them is dividing the table.
+torch::Tensor touched_rows(const torch::Tensor& grad);
+void average_rows_(torch::Tensor& grad, const torch::Tensor& rows, int world);
+
 /// Communication of the last synced step (from before_backward() to the end of finish()), read
 /// from the communicator's counters. Zero after an accumulation step inside no_sync().
 struct SyncStepStats {
