@@ -302,6 +302,7 @@ void setup_forecast(CLI::App& app) {
   sub->add_option("--sync", o->sync, "The rung of the --check runs and the forecast's own (default: the run's)");
   sub->add_option("--devices", o->devices, "Device counts of the forecast table")
       ->delimiter(',')
+      ->allow_extra_args(false)  // one comma-separated token: a following `--` starts the program's arguments
       ->capture_default_str();
   sub->add_option("--links", o->links, "Link table (TOML, the format of common/links.toml; default: the kit's)");
   sub->add_option("--instance", o->instance, "Price-table instance the forecast's devices are billed as")
@@ -311,7 +312,8 @@ void setup_forecast(CLI::App& app) {
   sub->add_option("--prices", o->prices, "Price table (TOML; default: the kit's)");
   sub->add_option("--epoch-samples", o->epoch_samples, "Samples in an epoch (default: the run's training set)");
   sub->add_option("--check", o->check, "World sizes to run here and compare with the forecast, e.g. 1,2,4")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->allow_extra_args(false);
   sub->add_option("--max-error", o->max_error, "The prediction error --check accepts")->capture_default_str();
   sub->add_option("--steps", o->steps, "Optimizer steps of each trial run")->capture_default_str();
   sub->add_option("--timeout", o->timeout, "Seconds before a trial is stopped")->capture_default_str();
