@@ -42,6 +42,7 @@ struct BenchPytorchOptions {
   std::string torchrun = "/usr/bin/torchrun";
   std::string script;
   std::string backend = "auto";  ///< the kit's transport (gloo, or mpi through mpirun)
+  std::string sync = "overlap";  ///< the kit's rung: overlap is DDP's; sparse exchanges the looked-up rows
   double target = 1.5;
   double max_auc_gap = 0.005;
   double timeout = 1800;
@@ -65,7 +66,7 @@ Result run_kit(const BenchPytorchOptions& o, int n, const fs::path& dir) {
                                    "--threads",
                                    "1",
                                    "--sync",
-                                   "overlap",
+                                   o.sync,
                                    "--log-every",
                                    "0",
                                    "--eval-samples",
@@ -139,9 +140,9 @@ int run_bench_pytorch(BenchPytorchOptions o) {
   if (o.repeats < 1) throw ConfigError(fmt::format("--repeats {}: need at least 1", o.repeats));
   const fs::path scratch = fs::temp_directory_path() / fmt::format("ddplab-bench-pytorch-{}", ::getpid());
   fmt::print(
-      "bench pytorch: DeepFM on {}, batch {} a rank, 1 thread a rank, dense Adam, overlapped buckets; the kit's "
-      "ddp_train ({}) against PyTorch {} DDP ({}), {}, interleaved, {} repeat(s)\n",
-      o.data, o.batch, o.backend == "mpi" ? "mpi" : "gloo", "(Debian python3-torch)", o.script,
+      "bench pytorch: DeepFM on {}, batch {} a rank, 1 thread a rank, dense Adam; the kit's "
+      "ddp_train (--sync {}, {}) against PyTorch {} DDP ({}), {}, interleaved, {} repeat(s)\n",
+      o.data, o.batch, o.sync, o.backend == "mpi" ? "mpi" : "gloo", "(Debian python3-torch)", o.script,
       o.epoch ? "one epoch each" : fmt::format("{} steps after {} warm-up", o.steps, o.warmup), o.repeats);
   std::map<int, std::vector<Result>> kit, torch_runs;
   for (int rep = 0; rep < o.repeats; ++rep) {
@@ -214,6 +215,11 @@ void setup_bench_pytorch(CLI::App& bench) {
                   "The PyTorch trainer (default: tools/bench/pytorch_ddp.py of the source tree)");
   sub->add_option("--backend", o->backend, "The kit's transport: auto (gloo) or mpi (through mpirun)")
       ->check(CLI::IsMember({"auto", "gloo", "mpi"}))
+      ->capture_default_str();
+  sub->add_option("--sync", o->sync,
+                  "The kit's sync rung at 2+ ranks: overlap (DDP's buckets) or sparse (the looked-up rows); "
+                  "both average the same gradient for the same dense Adam")
+      ->check(CLI::IsMember({"overlap", "sparse", "bucketed", "per-param"}))
       ->capture_default_str();
   sub->add_option("--target", o->target, "Required kit / PyTorch throughput ratio")->capture_default_str();
   sub->add_option("--timeout", o->timeout, "Seconds before a run is stopped")->capture_default_str();

@@ -7,8 +7,12 @@ namespace ddplab {
 
 DeepFMImpl::DeepFMImpl(const DeepFMOptions& opts) : opts_(opts) {
   const int64_t rows = data::kTotalRows;
-  embedding = register_module("embedding", torch::nn::Embedding(rows, opts.embedding_dim));
-  first_order = register_module("first_order", torch::nn::Embedding(rows, 1));
+  embedding = register_module("embedding",
+                              torch::nn::Embedding(
+                                  torch::nn::EmbeddingOptions(rows, opts.embedding_dim).sparse(opts.sparse_gradients)));
+  first_order =
+      register_module("first_order",
+                      torch::nn::Embedding(torch::nn::EmbeddingOptions(rows, 1).sparse(opts.sparse_gradients)));
   dense_linear = register_module("dense_linear", torch::nn::Linear(data::kNumDense, 1));
   // Small embedding init: with 26 fields the FM sums 325 pairwise products, so N(0, 1) (the
   // Embedding default) would start the model with logits in the hundreds.

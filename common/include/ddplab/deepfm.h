@@ -14,6 +14,11 @@ struct DeepFMOptions {
   int64_t hidden = 400;
   int64_t layers = 3;
   double embedding_init_std = 0.01;  ///< N(0, std) for both embedding tables
+  /// Row-sparse gradients for both embedding tables (torch::nn::EmbeddingOptions::sparse): the
+  /// backward hands over the looked-up rows instead of a zeroed 10.7 MB table with them added in.
+  /// Only optim::FusedAdam and the sparse sync rung take such gradients (torch's Adam refuses
+  /// them); the labs keep dense ones.
+  bool sparse_gradients = false;
 };
 
 class DeepFMImpl : public torch::nn::Module {

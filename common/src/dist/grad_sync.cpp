@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "ddplab/error.h"
+#include "ddplab/fused_adam.h"
 
 namespace ddplab::dist {
 namespace {
@@ -384,6 +386,8 @@ class SparseSync final : public GradSync {
       }
     }
     if (!dense.empty()) dense_ = std::make_unique<BucketedSync>(SyncStrategy::kBucketed, comm, dense, opts);
+    local_.resize(tables_.size());
+    global_.resize(tables_.size());
   }
 
  private:
@@ -418,6 +422,10 @@ class SparseSync final : public GradSync {
       dense_->finish();
     }
     const int world = comm_.size();
+    if (!tables_.empty() && params_[tables_.front()].grad().defined() && params_[tables_.front()].grad().is_sparse()) {
+      if (world > 1) reduce_row_sparse(world);
+      return;
+    }
     if (world == 1) {
       // Alone, the local gradient is the average: finding rows would cost ~7 ms a step for nothing.
       for (size_t i : tables_) {
@@ -471,9 +479,115 @@ class SparseSync final : public GradSync {
     }
   }
 
+  // Row-sparse table gradients (DeepFMOptions::sparse_gradients): the rows are already listed, so
+  // no search of the table. Each rank sums its repeated rows (in order, as the dense backward's
+  // index_add_ does), then all tables travel in two collectives — one allgather of the per-table
+  // row counts, one of every table's (row ids, rows) packed into one float buffer (ids bit-cast,
+  // each table padded to its largest count) — and every rank adds all ranks' rows in rank order
+  // and divides by the world size: the dense path's sum and average, never a 10.7 MB table. The
+  // result is a row-sparse gradient listing each row once. A table whose rows could cover more
+  // than sparse_max_density of it is densified and allreduced, as on the dense path.
+  void reduce_row_sparse(int world) {
+    const size_t n_tables = tables_.size();
+    std::vector<torch::Tensor> ids(n_tables), vals(n_tables);
+    torch::Tensor counts = torch::zeros({static_cast<int64_t>(n_tables)}, torch::kInt64);
+    for (size_t t = 0; t < n_tables; ++t) {
+      const torch::Tensor& p = params_[tables_[t]];
+      torch::Tensor& g = p.mutable_grad();
+      DDPLAB_CHECK(g.defined() && g.is_sparse() && g.sparse_dim() == 1 && g.dense_dim() == 1 && g.device().is_cpu() &&
+                       g.scalar_type() == torch::kFloat,
+                   fmt::format("grad sync: table {} needs a row-sparse float CPU gradient like the first table's",
+                               tables_[t]));
+      DDPLAB_CHECK(p.size(0) <= std::numeric_limits<int32_t>::max(),
+                   fmt::format("grad sync: table {} has more rows than a 32-bit row id names", tables_[t]));
+      const torch::Tensor in_ids = g._indices().select(0, 0).contiguous();
+      const torch::Tensor in_vals = g._values().contiguous();
+      optim::RowAccumulator& acc = local_[t];
+      acc.clear();
+      acc.add(in_ids.data_ptr<int64_t>(), in_vals.data_ptr<float>(), in_ids.numel(), p.size(1), p.size(0),
+              fmt::format("grad sync: table {}", tables_[t]));
+      ids[t] = torch::tensor(std::vector<int32_t>(acc.rows().begin(), acc.rows().end()), torch::kInt32);
+      vals[t] =
+          torch::from_blob(acc.sums().data(), {static_cast<int64_t>(acc.rows().size()), p.size(1)}, torch::kFloat);
+      counts[static_cast<int64_t>(t)] = static_cast<int64_t>(acc.rows().size());
+    }
+    std::vector<torch::Tensor> all_counts(static_cast<size_t>(world));
+    for (auto& c : all_counts) c = torch::empty_like(counts);
+    comm_.allgather(all_counts, counts);
+
+    // Per table: the largest count, and whether its rows travel or the whole table does.
+    std::vector<int64_t> max_k(n_tables, 0);
+    std::vector<bool> dense(n_tables, false);
+    int64_t packed = 0;
+    for (size_t t = 0; t < n_tables; ++t) {
+      for (int r = 0; r < world; ++r)
+        max_k[t] = std::max(max_k[t], all_counts[static_cast<size_t>(r)][static_cast<int64_t>(t)].item<int64_t>());
+      const torch::Tensor& p = params_[tables_[t]];
+      dense[t] = static_cast<double>(max_k[t]) * world > opts_.sparse_max_density * static_cast<double>(p.size(0));
+      if (!dense[t]) packed += max_k[t] * (1 + p.size(1));
+    }
+    for (size_t t = 0; t < n_tables; ++t) {
+      if (!dense[t]) continue;
+      const torch::Tensor& p = params_[tables_[t]];
+      torch::Tensor g = p.grad().to_dense();
+      comm_.allreduce(g);
+      average_(g, world);
+      p.mutable_grad() = g;
+    }
+    if (packed == 0) {
+      for (size_t t = 0; t < n_tables; ++t) {
+        if (!dense[t]) params_[tables_[t]].mutable_grad() = empty_rows(params_[tables_[t]]);
+      }
+      return;
+    }
+    torch::Tensor send = torch::zeros({packed}, torch::kFloat);
+    int64_t at = 0;
+    for (size_t t = 0; t < n_tables; ++t) {
+      if (dense[t]) continue;
+      const int64_t w = params_[tables_[t]].size(1);
+      const int64_t k = ids[t].numel();
+      send.narrow(0, at, k).copy_(ids[t].view(torch::kFloat));  // the ids' bits, not their values
+      send.narrow(0, at + max_k[t], k * w).copy_(vals[t].reshape({-1}));
+      at += max_k[t] * (1 + w);
+    }
+    std::vector<torch::Tensor> recv(static_cast<size_t>(world));
+    for (auto& r : recv) r = torch::empty_like(send);
+    comm_.allgather(recv, send);
+
+    at = 0;
+    for (size_t t = 0; t < n_tables; ++t) {
+      if (dense[t]) continue;
+      const torch::Tensor& p = params_[tables_[t]];
+      const int64_t w = p.size(1);
+      optim::RowAccumulator& acc = global_[t];
+      acc.clear();
+      for (int r = 0; r < world; ++r) {
+        const int64_t k = all_counts[static_cast<size_t>(r)][static_cast<int64_t>(t)].item<int64_t>();
+        if (k == 0) continue;
+        const torch::Tensor part = recv[static_cast<size_t>(r)];
+        const torch::Tensor row_ids = part.narrow(0, at, k).view(torch::kInt32).to(torch::kInt64);
+        const torch::Tensor rows = part.narrow(0, at + max_k[t], k * w).contiguous();
+        acc.add(row_ids.data_ptr<int64_t>(), rows.data_ptr<float>(), k, w, p.size(0),
+                fmt::format("grad sync: table {} from rank {}", tables_[t], r));
+      }
+      at += max_k[t] * (1 + w);
+      const int64_t u = static_cast<int64_t>(acc.rows().size());
+      torch::Tensor out_ids = torch::tensor(acc.rows(), torch::kInt64).view({1, u});
+      torch::Tensor out_vals = torch::from_blob(acc.sums().data(), {u, w}, torch::kFloat).clone();
+      average_(out_vals, world);
+      p.mutable_grad() = torch::sparse_coo_tensor(out_ids, out_vals, p.sizes());
+    }
+  }
+
+  static torch::Tensor empty_rows(const torch::Tensor& p) {
+    return torch::sparse_coo_tensor(torch::zeros({1, 0}, torch::kInt64), torch::zeros({0, p.size(1)}, torch::kFloat),
+                                    p.sizes());
+  }
+
   BucketOptions opts_;
   std::vector<size_t> tables_;
   std::unique_ptr<BucketedSync> dense_;
+  std::vector<optim::RowAccumulator> local_, global_;  ///< per table: this rank's rows, all ranks' rows
 };
 
 }  // namespace
