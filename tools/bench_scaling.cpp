@@ -25,6 +25,7 @@
 #include "bench_common.h"
 #include "commands.h"
 #include "ddplab/deepfm.h"
+#include "ddplab/fused_adam.h"
 #include "ddplab/dist/env.h"
 #include "ddplab/dist/grad_sync.h"
 #include "ddplab/dist/process_group.h"
@@ -50,7 +51,9 @@ struct WorkerOptions {
   std::string sync = "bucketed";  ///< a SyncStrategy name, or "none" (compute only, no process group)
   std::string out;                ///< folder for rank<R>.json
   double timeout = 120;
-  std::string backend = "auto";  ///< the process group's transport (--backend)
+  std::string backend = "auto";   ///< the process group's transport (--backend)
+  std::string adam = "fused";     ///< fused (the kit's one-pass Adam) or torch
+  bool sparse_gradients = false;  ///< row-sparse embedding gradients (the sparse rung's jobs)
 };
 
 /// One rank: warm-up, then `steps` timed training steps on its own synthetic samples.
@@ -65,8 +68,15 @@ int run_worker(const WorkerOptions& o) {
   std::shared_ptr<dist::ProcessGroup> pg;
   std::unique_ptr<dist::GradSync> sync;
   torch::manual_seed(0);  // the same initial model on every rank: no broadcast needed
-  DeepFM model;
-  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
+  DeepFMOptions model_options;
+  model_options.sparse_gradients = o.sparse_gradients;
+  DeepFM model(model_options);
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  if (o.adam == "fused") {
+    opt = std::make_unique<optim::FusedAdam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+  } else {
+    opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+  }
   if (comm) {
     dist::ProcessGroupOptions po;
     po.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout * 1000));
@@ -80,7 +90,7 @@ int run_worker(const WorkerOptions& o) {
   StepTimer timer;
   auto step = [&](const data::Batch& b) {
     timer.begin_step();
-    train_step(model, opt, b, timer, sync.get());  // compute only: sync is null
+    train_step(model, *opt, b, timer, sync.get());  // compute only: sync is null
     timer.end_step();
   };
   for (int64_t i = 0; i < o.warmup; ++i) step(batches[static_cast<size_t>(i) % batches.size()]);
@@ -123,6 +133,7 @@ struct ScalingOptions {
   std::string html;
   bool keep = false;
   std::string backend = "auto";  ///< gloo (the kit's launcher) or mpi (the workers started by mpirun)
+  std::string adam = "fused";    ///< the ranks' Adam: fused (the kit's, as ddp_train) or torch
 };
 
 /// One job of n workers; returns their reports by rank. A failed job throws with its output.
@@ -145,7 +156,12 @@ std::vector<nlohmann::json> run_job(const ScalingOptions& o, int n, const std::s
                   "--sync",
                   sync,
                   "--out",
-                  dir.string()};
+                  dir.string(),
+                  "--adam",
+                  o.adam};
+  // The sparse rung takes row-sparse gradients under the kit's Adam, as in ddp_train; the
+  // capacity job then does the same compute without the communication.
+  if (o.sync == "sparse" && o.adam == "fused") spec.command.push_back("--sparse-gradients");
   if (o.backend == "mpi" && sync != "none") start_with_mpirun(spec, n);  // MPI's ranks are started by mpirun
   run_captured(spec, o.timeout, fmt::format("bench scaling: the {}-rank {} job", n, sync));
   std::vector<nlohmann::json> out;
@@ -302,6 +318,9 @@ void setup_bench_scaling(CLI::App& bench) {
   sub->add_option("--steps", o->steps, "Timed steps per job")->capture_default_str();
   sub->add_option("--sync", o->sync, "Gradient sync: per-param, bucketed, overlap or sparse")->capture_default_str();
   sub->add_option("--target", o->target, "Required efficiency at 2 ranks")->capture_default_str();
+  sub->add_option("--adam", o->adam, "The ranks' Adam: fused (the kit's one pass, as ddp_train) or torch")
+      ->check(CLI::IsMember({"fused", "torch"}))
+      ->capture_default_str();
   sub->add_option("--timeout", o->timeout, "Seconds before a job is stopped")->capture_default_str();
   sub->add_option("--json", o->json, "Also write the figures to this JSON file");
   sub->add_option("--html", o->html,
@@ -323,6 +342,8 @@ void setup_bench_scaling(CLI::App& bench) {
   worker->add_option("--out", w->out)->required();
   worker->add_option("--comm-timeout", w->timeout);
   worker->add_option("--backend", w->backend);
+  worker->add_option("--adam", w->adam);
+  worker->add_flag("--sparse-gradients", w->sparse_gradients);
   worker->callback([w] { exit_status() = run_worker(*w); });
 }
 

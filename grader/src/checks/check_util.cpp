@@ -355,6 +355,29 @@ std::vector<EpochView> epochs_of(const std::vector<json>& reps) {
   return out;
 }
 
+bool phase_timers_consistent(const std::vector<json>& reps, CheckResult& r) {
+  for (size_t k = 0; k < reps.size(); ++k) {
+    const int rank = static_cast<int>(k);
+    const double wall = field<double>(reps[k], "phases.wall", rank);
+    double timed = 0;
+    for (const char* p : {"forward", "backward", "optimizer", "comm", "data_wait"}) {
+      const json& phases = reps[k].at("phases");
+      if (phases.contains(p) && phases[p].is_number()) timed += phases[p].get<double>();
+    }
+    if (timed > wall * 1.02 + 0.005) {
+      fail(r,
+           fmt::format("rank {}: the timed phases add up to {:.3f} s, more than the run's wall time {:.3f} s "
+                       "(busy fraction {:.0f}%)",
+                       k, timed, wall, wall > 0 ? 100 * field<double>(reps[k], "phases.compute", rank) / wall : 0.0),
+           "timer scopes overlap (a scope opened inside another, or one part of the step timed twice), so the "
+           "phase times and the busy fraction are not measurements: give each part of the step exactly one "
+           "timer.scope");
+      return false;
+    }
+  }
+  return true;
+}
+
 uint64_t range_digest(uint64_t n) { return SampleLedger::range_set_digest(0, n); }
 uint64_t index_digest(uint64_t index) { return SampleLedger::hash(index); }
 

@@ -53,6 +53,12 @@ const RunOutcome& the_run(const CheckSpec& c, const GradeContext& ctx, size_t i 
 /// in a run with expect_failure).
 std::vector<json> reports(const RunOutcome& run);
 
+/// The phase timers are trusted only when they are consistent: on every rank the timed phases
+/// (forward, backward, optimizer, comm, data_wait) add up to at most the run's wall time (2 % and
+/// 5 ms of slack for the clock reads). Otherwise fails `r` naming the rank and the two figures,
+/// with the overlapping-scopes diagnosis, and returns false.
+bool phase_timers_consistent(const std::vector<json>& reps, CheckResult& r);
+
 /// A report field the grader needs ("phases.wall", "epochs.0.samples"); a missing or mistyped one
 /// throws Error (the check then fails: the outputs are malformed).
 const json& field_node(const json& rep, const std::string& path, int rank);

@@ -23,6 +23,7 @@ void check_phases(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   if (!runs_usable(c, ctx, r)) return;
   const auto phases = c.texts("phases");
   const auto reps = reports(the_run(c, ctx));
+  if (!phase_timers_consistent(reps, r)) return;
   for (size_t k = 0; k < reps.size(); ++k) {
     for (const auto& p : phases) {
       const double v = field<double>(reps[k], "phases." + p, static_cast<int>(k));

@@ -32,6 +32,7 @@ Busy busy_of(const json& rep, int rank) {
 void check_utilization(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   if (!runs_usable(c, ctx, r)) return;
   const auto reps = reports(the_run(c, ctx));
+  if (!phase_timers_consistent(reps, r)) return;
   Busy worst{1.0, false, 0};
   int worst_rank = 0;
   int nvml_ranks = 0;

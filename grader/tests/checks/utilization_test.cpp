@@ -38,6 +38,36 @@ TEST_F(UtilizationCheck, TheOutputNamesThePhaseTimersOnCpu) {
       << r.observed;
 }
 
+TEST_F(UtilizationCheck, OverlappingTimerScopesFailInsteadOfCountingAsBusy) {
+  // The whole step inside an optimizer scope as well: phases add up to 7.0 s of a 4.0 s run, and a
+  // busy fraction of 175 % must not pass as "busy".
+  auto doubled = good_report();
+  doubled["phases"]["optimizer"] = 4.0;
+  doubled["phases"]["compute"] = 7.0;
+  add_run("r", {good_report(), doubled});
+  const auto r = grade("busy");
+  EXPECT_TRUE(has(r, Status::kFailed, "timer scopes overlap"));
+  EXPECT_NE(r.observed.find("rank 1: the timed phases add up to 7.000 s, more than the run's wall time 4.000 s"),
+            std::string::npos)
+      << r.observed;
+}
+
+TEST_F(UtilizationCheck, CommAndDataWaitCountTowardsTheTimedPhases) {
+  // compute 3.5 of 4.0 s plus 1.0 s of comm: 4.5 s timed in a 4.0 s run.
+  auto rep = good_report();
+  rep["phases"]["comm"] = 1.0;
+  add_run("r", {rep, good_report()});
+  EXPECT_TRUE(has(grade("busy"), Status::kFailed, "timer scopes overlap"));
+}
+
+TEST_F(UtilizationCheck, TimedPhasesWithinTheClocksSlackPass) {
+  // 3.5 s of compute and 0.58 s of comm in a 4.0 s run: within 2 % and 5 ms of the wall time.
+  auto rep = good_report();
+  rep["phases"]["comm"] = 0.58;
+  add_run("r", {rep, good_report()});
+  EXPECT_TRUE(has(grade("busy"), Status::kPassed));
+}
+
 json with_nvml(double gpu_median, int64_t samples) {
   auto rep = good_report();  // the phase timers say 87.5 %
   rep["utilization"] = {{"source", "nvml"},
