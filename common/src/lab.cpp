@@ -293,6 +293,7 @@ int LabRun::finish() {
   const auto& meta = train_->metadata();
   if (model != nullptr) {
     report_.set_params(initial_digest_, parameter_digest(*model), count_parameters(*model));
+    report_.json()["params"]["final_by_name"] = parameter_digests_by_name(*model);
   }
   if (eval_)
     report_.set_eval(eval_->auc, eval_->logloss, eval_->samples, meta.teacher_test_auc, meta.teacher_test_logloss);

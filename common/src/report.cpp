@@ -75,6 +75,17 @@ std::string parameter_digest(const torch::nn::Module& module) {
   return hex64(h);
 }
 
+nlohmann::json parameter_digests_by_name(const torch::nn::Module& module) {
+  nlohmann::json out = nlohmann::json::object();
+  auto digest = [](const torch::Tensor& t) {
+    const torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
+    return hex64(data::fnv1a64(c.data_ptr(), c.numel() * c.element_size(), 0xcbf29ce484222325ULL));
+  };
+  for (const auto& p : module.named_parameters()) out[p.key()] = digest(p.value());
+  for (const auto& b : module.named_buffers()) out[b.key()] = digest(b.value());
+  return out;
+}
+
 uint64_t parse_hex64(const std::string& s, const std::string& what) {
   try {
     size_t used = 0;

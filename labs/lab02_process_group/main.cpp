@@ -74,9 +74,17 @@ nlohmann::json epoch_bill(dist::Communicator& comm, const EpochSummary& done) {
 
 int main(int argc, char** argv) {
   LabProgram program;
+  bool own_batches = false;
   program.name = DDPLAB_LAB_NAME;
+  // A grading flag: with every rank on the same batches, a sync that leaves some gradient out (or
+  // none at all) still ends with equal replicas. With their own batches they stay equal only if
+  // 02.3 averages every gradient.
+  program.add_flags = [&](LabFlags& f) {
+    f.flag("--own-batches", own_batches,
+           "Each rank shuffles with --seed + rank, so ranks see different batches (the grader's test of 02.3)");
+  };
   program.description = "Lab 02: a process group — same start, averaged gradients, and (no sampler yet) N x the work";
-  program.body = [](LabRun& run) {
+  program.body = [&own_batches](LabRun& run) {
     const int world = run.world_size();
     // Not a structured binding: lambdas below capture `comm`, which C++17 allows only for variables.
     const auto joined_group = join_with_student_environment(run);
@@ -109,9 +117,11 @@ int main(int argc, char** argv) {
     const uint64_t n = run.train_size();
     run.start_training(model.ptr(), run.steps_per_epoch(n));
     for (int64_t epoch = 0; epoch < run.options().epochs; ++epoch) {
-      // No sampler: every rank walks the WHOLE training set, in the same shuffled order.
-      data::BatchLoader loader(run.train(), data::shuffled_order(n, run.options().seed, static_cast<uint64_t>(epoch)),
-                               run.batch(), run.device());
+      // No sampler: every rank walks the WHOLE training set, in the same shuffled order (each in its
+      // own with --own-batches).
+      const uint64_t seed = run.options().seed + (own_batches ? static_cast<uint64_t>(run.rank()) : 0);
+      data::BatchLoader loader(run.train(), data::shuffled_order(n, seed, static_cast<uint64_t>(epoch)), run.batch(),
+                               run.device());
       const EpochSummary& done = run.run_epoch(epoch, loader, [&](const data::Batch& b) {
         return train_step(model, optimizer, b, run.timer(), sync.get());
       });

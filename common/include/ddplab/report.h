@@ -55,6 +55,9 @@ EpochUnique epoch_unique_samples(const std::vector<uint64_t>& set_digests, const
 /// 16 hex digits. Two ranks hold bit-identical models exactly when the digests agree (modulo
 /// collisions); computed on a CPU copy, so the device does not matter.
 std::string parameter_digest(const torch::nn::Module& module);
+/// One digest per named parameter and buffer ("mlp.0.weight": "..."): which tensor differs when two
+/// ranks' parameter_digest differ (the report's params.final_by_name).
+nlohmann::json parameter_digests_by_name(const torch::nn::Module& module);
 
 /// Formats a 64-bit digest as 16 lower-case hex digits.
 std::string hex64(uint64_t v);

@@ -5,6 +5,25 @@
 namespace ddplab::grader::checks {
 namespace {
 
+/// "; differing: mlp.6.bias, ..." from the per-tensor digests (params.final_by_name) when both
+/// reports have them: which parameters a sync left out. Empty otherwise.
+std::string differing_tensors(const json& a, const json& b) {
+  const json* x = a.contains("params") ? &a["params"] : nullptr;
+  const json* y = b.contains("params") ? &b["params"] : nullptr;
+  if (x == nullptr || y == nullptr || !x->contains("final_by_name") || !y->contains("final_by_name")) return "";
+  std::vector<std::string> names;
+  size_t total = 0;
+  for (const auto& [name, digest] : (*x)["final_by_name"].items()) {
+    ++total;
+    if (!(*y)["final_by_name"].contains(name) || (*y)["final_by_name"][name] != digest) names.push_back(name);
+  }
+  if (names.empty()) return "";
+  const size_t shown = std::min<size_t>(names.size(), 4);
+  std::vector<std::string> head(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown));
+  return fmt::format("; {} of {} tensors differ: {}{}", names.size(), total, join(head),
+                     names.size() > shown ? ", ..." : "");
+}
+
 void check_consistency(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   if (!runs_usable(c, ctx, r)) return;
   const auto reps = reports(the_run(c, ctx));
@@ -28,7 +47,9 @@ void check_consistency(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   }
   for (size_t k = 1; k < reps.size(); ++k) {
     if ((at == "end" || at == "both") && fin[k] != fin[0]) {
-      fail(r, fmt::format("parameters differ across ranks after training: rank 0 {} vs rank {} {}", fin[0], k, fin[k]),
+      fail(r,
+           fmt::format("parameters differ across ranks after training: rank 0 {} vs rank {} {}{}", fin[0], k, fin[k],
+                       differing_tensors(reps[0], reps[k])),
            c.text("diagnosis_end"));
       return;
     }
