@@ -62,6 +62,7 @@ nlohmann::json epoch_coverage(dist::Communicator& comm, const EpochSummary& done
                        {"seconds", secs},
                        {"processed_all_ranks", processed},
                        {"covered", covered},
+                       {"order_digest", hex64(sampler.order_digest())},
                        {"padded_indices", sampler.padded_indices()},
                        {"dropped_indices", sampler.dropped_indices()}};
   if (covered) {

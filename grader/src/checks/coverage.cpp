@@ -31,6 +31,26 @@ std::vector<uint64_t> listed(const json& rep, const char* key, size_t world, uin
   return out;
 }
 
+/// Every rank's sampler.epochs[epoch].order_digest, or nothing when a report lacks it.
+std::vector<std::string> order_digests(const std::vector<json>& reps, size_t epoch) {
+  std::vector<std::string> out;
+  for (const auto& rep : reps) {
+    const json* s = rep.contains("sampler") ? &rep["sampler"] : nullptr;
+    if (s == nullptr || !s->contains("epochs") || !(*s)["epochs"].is_array() || epoch >= (*s)["epochs"].size())
+      return {};
+    const json& e = (*s)["epochs"][epoch];
+    if (!e.is_object() || !e.contains("order_digest") || !e["order_digest"].is_string()) return {};
+    out.push_back(e["order_digest"].get<std::string>());
+  }
+  return out;
+}
+
+/// The sampler's tail policy as its report names it ("pad", "drop"), or "".
+std::string sampler_tail(const json& rep) {
+  if (!rep.contains("sampler") || !rep["sampler"].is_object()) return "";
+  return rep["sampler"].value("tail", "");
+}
+
 void check_coverage(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   if (!runs_usable(c, ctx, r)) return;
   const auto& run = the_run(c, ctx);
@@ -67,7 +87,30 @@ void check_coverage(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
       }
       continue;
     }
-    // Partitioned: together the ranks see [0, n) exactly once, up to the documented padding.
+    // Partitioned: the shards are cut from one order per epoch. Ranks that shuffled differently
+    // (reported sampler.epochs[e].order_digest) cannot cover the data set whatever their shards
+    // do: blame the order, not the sharding.
+    if (const auto digests = order_digests(reps, e); !digests.empty()) {
+      for (size_t k = 1; k < world; ++k) {
+        if (digests[k] != digests[0]) {
+          fail(
+              r,
+              fmt::format("epoch {}: rank {} shuffled the epoch into another order than rank 0 (order digest {} vs {})",
+                          e, k, digests[k], digests[0]),
+              c.text("diagnosis_orders_differ"));
+          return;
+        }
+      }
+    }
+    // A padding sampler drops nothing (reported sampler.tail "pad").
+    if (sampler_tail(reps[0]) == "pad" && !listed(reps[0], "dropped_indices", world, n, e).empty()) {
+      fail(r,
+           fmt::format("epoch {}: the sampler dropped {} sample(s) with --tail pad", e,
+                       listed(reps[0], "dropped_indices", world, n, e).size()),
+           c.text("diagnosis_dropped_in_pad"));
+      return;
+    }
+    // Together the ranks see [0, n) exactly once, up to the documented padding.
     bool all_same = world > 1;
     for (size_t k = 1; k < world; ++k) all_same = all_same && ep.order[k] == ep.order[0];
     if (all_same) {
@@ -153,6 +196,12 @@ const CheckKind kCoverage =
       {"diagnosis_mixed", ParamType::kString,
        "the right number of samples but not the right ones: some seen twice and others never",
        "the likely cause of the right count but the wrong samples"},
+      {"diagnosis_orders_differ", ParamType::kString,
+       "the ranks shuffled each epoch into different orders: every rank must compute the same order from (seed, epoch)",
+       "the likely cause when the ranks' reported order digests differ"},
+      {"diagnosis_dropped_in_pad", ParamType::kString,
+       "samples were dropped although the tail policy is pad: pad repeats the start of the order, it never drops",
+       "the likely cause of dropped samples reported by a padding sampler"},
       {"diagnosis_order", ParamType::kString,
        "same order in every epoch: set_epoch not called, or the shuffle ignores the epoch",
        "the likely cause of a rank visiting its samples in the same order in epochs 0 and 1"}},

@@ -1,7 +1,14 @@
 // Check kind `unit_tests`: runs a gtest filter of the lab's test binary under the launcher's limits
-// and scores it; every failing test stopping at a NotImplemented stub means "not attempted".
+// and scores it. "Not attempted" is decided by the NotImplemented stub's exercise id: some failing
+// test stops at *this check's* exercise's stub and every other one at a stub too. When this
+// exercise's stub is gone but its tests stop at another exercise's, that is a failure naming the
+// other exercise; each failing test gets the diagnosis its name maps to.
+#include <fnmatch.h>
+
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 
 #include "check_util.h"
 #include "ddplab/grader/sandbox.h"
@@ -13,6 +20,35 @@ namespace ddplab::grader::checks {
 namespace {
 
 std::string last_chars(const std::string& s, size_t n) { return s.substr(s.size() > n ? s.size() - n : 0); }
+
+/// The exercise ids of the NotImplemented stubs a failure message reached ("exercise 03.1 is not
+/// implemented yet", error.cpp's wording).
+std::set<std::string> stubs_reached(const std::string& msg) {
+  static const std::regex re("exercise ([0-9A-Za-z_.-]+) is not implemented yet");
+  std::set<std::string> ids;
+  for (auto it = std::sregex_iterator(msg.begin(), msg.end(), re); it != std::sregex_iterator(); ++it) {
+    ids.insert((*it)[1].str());
+  }
+  return ids;
+}
+
+/// "Pattern=diagnosis" entries of `test_diagnoses`: the first whose pattern (gtest's * and ?)
+/// matches the test's "Suite.Name" (parameterised: "Prefix/Suite.Name/N" matched as is, then
+/// without prefix and index).
+std::string diagnosis_for(const std::vector<std::string>& map, const std::string& test) {
+  std::string bare = test;
+  if (const size_t slash = bare.find('/'); slash != std::string::npos && slash < bare.find('.'))
+    bare.erase(0, slash + 1);
+  if (const size_t slash = bare.rfind('/'); slash != std::string::npos && slash > bare.find('.')) bare.erase(slash);
+  for (const auto& entry : map) {
+    const size_t eq = entry.find('=');
+    const std::string pattern = entry.substr(0, eq);
+    if (fnmatch(pattern.c_str(), test.c_str(), 0) == 0 || fnmatch(pattern.c_str(), bare.c_str(), 0) == 0) {
+      return entry.substr(eq + 1);
+    }
+  }
+  return "";
+}
 
 void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   const std::string filter = c.text("filter");
@@ -54,8 +90,12 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
     fail(r, fmt::format("unreadable test results: {}", e.what()), "the test program was interrupted");
     return;
   }
-  int tests = 0, failed = 0, not_impl = 0;
+  int tests = 0, failed = 0, not_impl = 0, plain = 0;  // plain: failed without reaching any stub
   std::string details;
+  std::set<std::string> other_stubs;   // other exercises' stubs the tests reached
+  std::vector<std::string> diagnoses;  // per failing test, in order, each once
+  const auto map = c.texts("test_diagnoses");
+  bool unmapped = false;
   for (const auto& suite : j.value("testsuites", json::array())) {
     for (const auto& t : suite.value("testsuite", json::array())) {
       ++tests;
@@ -64,8 +104,24 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
       ++failed;
       std::string msg;
       for (const auto& f : failures) msg += f.value("failure", "") + "\n";
-      if (msg.find("is not implemented yet") != std::string::npos) ++not_impl;
-      details += fmt::format("FAILED {}.{}:\n{}\n", suite.value("name", ""), t.value("name", ""), msg);
+      const std::string name = suite.value("name", "") + "." + t.value("name", "");
+      const auto stubs = stubs_reached(msg);
+      const bool own_stub = c.exercise.empty() ? !stubs.empty() : stubs.count(c.exercise) > 0;
+      if (own_stub) {
+        ++not_impl;
+      } else {
+        for (const auto& id : stubs) other_stubs.insert(id);
+        if (stubs.empty()) {
+          ++plain;
+          const std::string d = diagnosis_for(map, name);
+          if (d.empty()) {
+            unmapped = true;
+          } else if (std::find(diagnoses.begin(), diagnoses.end(), d) == diagnoses.end()) {
+            diagnoses.push_back(d);
+          }
+        }
+      }
+      details += fmt::format("FAILED {}:\n{}\n", name, msg);
     }
   }
   if (tests == 0) {
@@ -76,13 +132,30 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   }
   if (failed == 0) {
     pass(r, fmt::format("{} test(s) passed", tests));
-  } else if (not_impl == failed) {
+  } else if (not_impl > 0 && plain == 0) {
+    // This exercise is still a stub, and every other failure stops at some stub too (a test of a
+    // later exercise that builds on an earlier one): nothing of it was attempted.
     r.status = Status::kNotAttempted;
     r.observed = fmt::format("{} of {} test(s) reach a NotImplemented stub", failed, tests);
     r.diagnosis = c.exercise.empty() ? "implement the exercise" : fmt::format("exercise {} not attempted", c.exercise);
     r.details = details.substr(0, 4000);
   } else {
-    fail(r, fmt::format("{} of {} test(s) failed", failed, tests), c.diagnosis, details.substr(0, 8000));
+    // What failed, most specific first: another exercise's missing code (this exercise's own stub
+    // is gone, so it was attempted: its tests cannot run without the other), then each failing
+    // test's own diagnosis, then the check's (for tests the map does not name, and for this
+    // exercise's stub reached by some tests while others ran and failed: half an exercise).
+    std::vector<std::string> parts;
+    if (!other_stubs.empty()) {
+      std::vector<std::string> ids(other_stubs.begin(), other_stubs.end());
+      parts.push_back(fmt::format("these tests need exercise {}, which is not implemented yet", join(ids, " and ")));
+    }
+    for (const auto& d : diagnoses) parts.push_back(d);
+    if (unmapped || (parts.empty() && not_impl == 0)) parts.push_back(c.diagnosis);
+    if (not_impl > 0) {
+      parts.push_back(fmt::format("{} test(s) still reach the NotImplemented stub of exercise {}", not_impl,
+                                  c.exercise.empty() ? "?" : c.exercise));
+    }
+    fail(r, fmt::format("{} of {} test(s) failed", failed, tests), join(parts, "; "), details.substr(0, 8000));
   }
 }
 
@@ -90,12 +163,24 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
 
 const CheckKind kUnitTests =
     {"unit_tests",
-     "every selected test of the lab's test binary passes; all failing on NotImplemented = not attempted",
+     "every selected test of the lab's test binary passes; all failing at this exercise's NotImplemented stub = "
+     "not attempted",
      RunArity::kNone,
      {{"filter", ParamType::kString, nullptr, "gtest filter selecting the tests (`Lab03Shard.*`)", Presence::kRequired},
-      {"timeout_s", ParamType::kNumber, 0, "wall clock for the test binary (0: [limits] test_timeout_s)"}},
+      {"timeout_s", ParamType::kNumber, 0, "wall clock for the test binary (0: [limits] test_timeout_s)"},
+      {"test_diagnoses", ParamType::kStringList, json::array(),
+       "`\"Pattern=diagnosis\"` entries: a failing test whose `Suite.Name` matches Pattern (gtest's `*`, `?`) "
+       "gets that diagnosis instead of the check's"}},
      "the exercise's contract (in the lab's header) is not met: see the failed assertions",
      check_unit_tests,
-     nullptr};
+     [](const CheckSpec& c, const LabSpec&) -> std::string {
+       for (const auto& e : c.texts("test_diagnoses")) {
+         const size_t eq = e.find('=');
+         if (eq == std::string::npos || eq == 0 || eq + 1 == e.size()) {
+           return fmt::format("test_diagnoses entry \"{}\" must be \"Pattern=diagnosis\"", e);
+         }
+       }
+       return "";
+     }};
 
 }  // namespace ddplab::grader::checks

@@ -99,6 +99,37 @@ TEST_F(CoverageCheck, ReportedPaddingIsCountedAndChecked) {
   EXPECT_TRUE(has(grade("once"), Status::kFailed, "outputs are missing or malformed"));
 }
 
+TEST_F(CoverageCheck, RanksThatShuffledDifferentlyBlameTheOrder) {
+  // Overlapping shards because each rank cut them from its own order (the order digests differ):
+  // the order is to blame (03.2), not the sharding.
+  auto a = rank_report(range(0, 600), 1, 2), b = rank_report(range(400, 1000), 3, 4);
+  a["sampler"] = {{"epochs", {{{"order_digest", "00000000000000aa"}}, {{"order_digest", "00000000000000ab"}}}}};
+  b["sampler"] = {{"epochs", {{{"order_digest", "00000000000000cc"}}, {{"order_digest", "00000000000000cd"}}}}};
+  add_run("r", {a, b});
+  const auto r = grade("once");
+  EXPECT_TRUE(has(r, Status::kFailed, "the ranks shuffled each epoch into different orders"));
+  EXPECT_NE(r.observed.find("epoch 0: rank 1 shuffled the epoch into another order than rank 0"), std::string::npos)
+      << r.observed;
+  // One shared order and the same overlap: the shards are to blame.
+  b["sampler"] = a["sampler"];
+  add_run("r", {a, b});
+  EXPECT_TRUE(has(grade("once"), Status::kFailed, "the shards overlap (exercise 09.1)"));
+}
+
+TEST_F(CoverageCheck, APaddingSamplerDropsNothing) {
+  // 999 samples on 2 ranks, index 998 dropped: right for --tail drop, wrong for --tail pad.
+  auto a = rank_report(range(0, 998, 2), 1, 2), b = rank_report(range(1, 998, 2), 3, 4);
+  a["sampler"] = {{"tail", "drop"}, {"dropped_indices", {998u}}};
+  add_run("r", {a, b}, {"--train-samples", "999"});
+  EXPECT_TRUE(has(grade("once"), Status::kPassed));
+  a["sampler"]["tail"] = "pad";
+  add_run("r", {a, b}, {"--train-samples", "999"});
+  const auto r = grade("once");
+  EXPECT_TRUE(has(r, Status::kFailed, "samples were dropped although the tail policy is pad"));
+  EXPECT_NE(r.observed.find("epoch 0: the sampler dropped 1 sample(s) with --tail pad"), std::string::npos)
+      << r.observed;
+}
+
 TEST_F(CoverageCheck, ABrokenDigestIsMalformed) {
   auto a = rank_report(range(0, 1000, 2), 1, 2);
   a["epochs"][1]["set_digest"] = "xyz";
