@@ -27,6 +27,17 @@ ARCH_DIR=/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x
 OPENBLAS_BLAS=$ARCH_DIR/openblas-openmp/libblas.so.3
 OPENBLAS_LAPACK=$ARCH_DIR/openblas-openmp/liblapack.so.3
 
+# The package names and versions are Debian 12's: on another system stop with a message rather
+# than half-install (DDPLAB_ANY_DISTRO=1 tries anyway).
+os_id=$(. /etc/os-release 2>/dev/null && echo "${ID:-}:${VERSION_ID:-}:${PRETTY_NAME:-unknown}")
+if [ "${os_id%%:*}" != debian ] || [ "$(cut -d: -f2 <<<"$os_id")" != 12 ]; then
+  if [ "${DDPLAB_ANY_DISTRO:-0}" != 1 ]; then
+    echo "ddplab set-up: this is $(cut -d: -f3- <<<"$os_id"), not Debian 12; the kit is built and tested against" \
+      "Debian 12's packages (LibTorch 1.13 with Gloo, OpenBLAS). DDPLAB_ANY_DISTRO=1 tries anyway." >&2
+    exit 1
+  fi
+fi
+
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
