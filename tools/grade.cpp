@@ -47,6 +47,12 @@ int run_grade(const GradeCli& o) {
   go.quiet = o.quiet;
   go.sandbox = o.sandbox;
   go.calibration = o.calibration.empty() ? grader::default_calibration_path(go.build_dir) : o.calibration;
+  if (o.calibration.empty() && !o.calibrate && !fs::exists(go.calibration)) {
+    // A student's build/labs holds none: `./kit main` measured this machine into build/solutions,
+    // and grading against it is what makes the student's grade the instructor's.
+    const fs::path kit_main = fs::path(go.source_dir) / "build" / "solutions" / "grader" / "calibration.json";
+    if (fs::exists(kit_main)) go.calibration = kit_main.string();
+  }
   if (!o.submission.empty() && !o.batch.empty()) throw ConfigError("--submission and --batch: give one of them");
   if (go.tree != "labs" && go.tree != "solutions") {
     throw ConfigError(fmt::format("--tree {}: expected labs or solutions", go.tree));
@@ -108,7 +114,9 @@ void setup_grade(CLI::App& app) {
   sub->add_option("--data", o->data, "Data set for the runs (default: $DDPLAB_DATA, else <kit>/data/ctr-small)");
   sub->add_option("--kit", o->kit, "The kit's source tree (default: the one this ddplab was built from)");
   sub->add_option("--build", o->build, "The kit's build folder (default: the one this ddplab belongs to)");
-  sub->add_option("--calibration", o->calibration, "Calibration file (default: <build>/grader/calibration.json)");
+  sub->add_option("--calibration", o->calibration,
+                  "Calibration file (default: <build>/grader/calibration.json, else the one ./kit main wrote in "
+                  "<kit>/build/solutions)");
   sub->add_option("--overlay", o->overlays,
                   "Extra [[run]]/[[check]] tables for a lab, kept outside the students' clone (repeatable; "
                   "docs/instructor-guide.md, Private checks)")

@@ -128,9 +128,25 @@ LabBinaries binaries_for(const nlohmann::json& targets, const LabSpec& spec, con
   return b;
 }
 
-std::string build_targets(const GradeOptions& o, const std::vector<std::string>& targets) {
+/// Builds `targets` in the kit's build folder; "" or the compiler's first errors. With `sandbox`
+/// enabled (a submission's build) the compiler runs confined: it cannot read the kit's solutions/
+/// or the calibration (bwrap_build_command).
+std::string build_targets(const GradeOptions& o, const std::vector<std::string>& targets,
+                          const Sandbox* sandbox = nullptr) {
   std::vector<std::string> cmd = {"cmake", "--build", o.build_dir, "--target"};
   cmd.insert(cmd.end(), targets.begin(), targets.end());
+  if (sandbox != nullptr && sandbox->enabled) {
+    // CMake's own regeneration (new files in the slot re-run its globs) reads the kit, solutions/
+    // included, and runs no student code: done first, unconfined; then only compiling is left.
+    if (fs::exists(fs::path(o.build_dir) / "build.ninja")) {
+      std::string regen;
+      if (run_command({"cmake", "--build", o.build_dir, "--target", "build.ninja"}, 600, regen) != 0) {
+        return tail_lines(regen, 40);
+      }
+    }
+    cmd = bwrap_build_command(sandbox->bwrap, cmd, o.build_dir,
+                              {(fs::path(o.source_dir) / "solutions").string(), o.calibration});
+  }
   std::string out;
   const int rc = run_command(cmd, 1800, out);
   if (rc != 0) {
@@ -584,7 +600,7 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     say("building the submission");
     std::vector<std::string> wanted = {spec.program + "_submission"};
     if (need_tests) wanted.push_back(spec.program + "_tests_submission");
-    const std::string err = build_targets(o, wanted);
+    const std::string err = build_targets(o, wanted, &sandbox);
     if (!err.empty()) {
       result.build_error = err;
     } else {

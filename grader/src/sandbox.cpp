@@ -2,6 +2,12 @@
 // program, the data set, one writable run folder), own PID/IPC/UTS namespaces, no capabilities.
 #include "ddplab/grader/sandbox.h"
 
+#include <sys/types.h>
+#include <unistd.h>
+#include <utime.h>
+
+#include <fstream>
+
 #include <unistd.h>
 
 #include <csignal>
@@ -85,6 +91,41 @@ std::vector<std::string> bwrap_command(const std::string& bwrap, const std::vect
     c.push_back(absolute(command[0]));
     c.insert(c.end(), command.begin() + 1, command.end());
   }
+  return c;
+}
+
+std::vector<std::string> bwrap_build_command(const std::string& bwrap, const std::vector<std::string>& command,
+                                             const std::string& build_dir, const std::vector<std::string>& hidden) {
+  // Hidden files become an empty file dated 1970, each under its own name: the build's globs list
+  // the same names and no configure dependency looks newer than the build, so CMake does not try
+  // to regenerate (it would read the real files), while an #include or .incbin gets nothing.
+  const fs::path empty = fs::temp_directory_path() / fmt::format("ddplab-hidden-{}", ::getuid());
+  if (!fs::exists(empty)) {
+    const fs::path tmp = empty.string() + fmt::format(".tmp{}", ::getpid());
+    std::ofstream(tmp).close();
+    fs::rename(tmp, empty);
+  }
+  const struct utimbuf epoch = {0, 0};
+  ::utime(empty.c_str(), &epoch);
+  std::vector<std::string> c = {bwrap};
+  c.insert(c.end(), kIsolation.begin(), kIsolation.end());
+  c.insert(c.end(), {"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"});
+  const std::string b = absolute(build_dir);
+  c.insert(c.end(), {"--bind", b, b});
+  auto hide = [&](const std::string& file) { c.insert(c.end(), {"--ro-bind", empty.string(), file}); };
+  for (const auto& h : hidden) {
+    const std::string a = absolute(h);
+    std::error_code ec;
+    if (fs::is_directory(a, ec)) {
+      for (const auto& e : fs::recursive_directory_iterator(a, ec)) {
+        if (e.is_regular_file()) hide(e.path().string());
+      }
+    } else if (fs::is_regular_file(a, ec)) {
+      hide(a);
+    }
+  }
+  c.push_back("--");
+  c.insert(c.end(), command.begin(), command.end());
   return c;
 }
 

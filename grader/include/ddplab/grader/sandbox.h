@@ -44,6 +44,15 @@ Sandbox make_sandbox(SandboxMode mode, std::vector<std::string> read_only, const
 std::vector<std::string> bwrap_command(const std::string& bwrap, const std::vector<std::string>& command,
                                        const std::vector<std::string>& read_only, const std::string& writable);
 
+/// The bwrap command line that runs a submission's build (`command`: cmake --build ...) confined:
+/// the whole file system read-only, `build_dir` writable (the compiler writes its objects there),
+/// a private /tmp, and every file of `hidden` (files, or folders' files) replaced by an empty file
+/// under the same name — the kit's solutions/ and the calibration — so an #include or an
+/// assembler .incbin in a student region cannot put their text into the program or the
+/// compiler's messages.
+std::vector<std::string> bwrap_build_command(const std::string& bwrap, const std::vector<std::string>& command,
+                                             const std::string& build_dir, const std::vector<std::string>& hidden);
+
 /// Confines the job `spec` describes (if `sandbox` is enabled): its command runs under bwrap with
 /// `writable` as its only writable folder, and TMPDIR points into it. `extra_read_only`: what this
 /// program also reads. Without a sandbox, only TMPDIR is set.
