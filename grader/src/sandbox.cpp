@@ -109,9 +109,13 @@ std::vector<std::string> bwrap_build_command(const std::string& bwrap, const std
   ::utime(empty.c_str(), &epoch);
   std::vector<std::string> c = {bwrap};
   c.insert(c.end(), kIsolation.begin(), kIsolation.end());
-  c.insert(c.end(), {"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"});
+  // No tmpfs over /tmp: the kit itself may live there (a CI's clone). The compiler's temporary
+  // files go to a folder of the (writable) build folder instead.
+  c.insert(c.end(), {"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"});
   const std::string b = absolute(build_dir);
-  c.insert(c.end(), {"--bind", b, b});
+  const std::string tmp = (fs::path(b) / "submission-tmp").string();
+  fs::create_directories(tmp);
+  c.insert(c.end(), {"--bind", b, b, "--setenv", "TMPDIR", tmp});
   auto hide = [&](const std::string& file) { c.insert(c.end(), {"--ro-bind", empty.string(), file}); };
   for (const auto& h : hidden) {
     const std::string a = absolute(h);
