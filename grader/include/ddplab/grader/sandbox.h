@@ -46,10 +46,9 @@ std::vector<std::string> bwrap_command(const std::string& bwrap, const std::vect
 
 /// The bwrap command line that runs a submission's build (`command`: cmake --build ...) confined:
 /// the whole file system read-only, `build_dir` writable (the compiler writes its objects there,
-/// and its temporary files in build_dir/submission-tmp), and every file of `hidden` (files, or folders' files) replaced by an empty file
-/// under the same name — the kit's solutions/ and the calibration — so an #include or an
-/// assembler .incbin in a student region cannot put their text into the program or the
-/// compiler's messages.
+/// and its temporary files in build_dir/submission-tmp), and every file of `hidden` (files, or folders' files) replaced
+/// by an empty file under the same name — the kit's solutions/ and the calibration — so an #include or an assembler
+/// .incbin in a student region cannot put their text into the program or the compiler's messages.
 std::vector<std::string> bwrap_build_command(const std::string& bwrap, const std::vector<std::string>& command,
                                              const std::string& build_dir, const std::vector<std::string>& hidden);
 
