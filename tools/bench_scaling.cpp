@@ -71,12 +71,7 @@ int run_worker(const WorkerOptions& o) {
   DeepFMOptions model_options;
   model_options.sparse_gradients = o.sparse_gradients;
   DeepFM model(model_options);
-  std::unique_ptr<torch::optim::Optimizer> opt;
-  if (o.adam == "fused") {
-    opt = std::make_unique<optim::FusedAdam>(model->parameters(), torch::optim::AdamOptions(1e-3));
-  } else {
-    opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
-  }
+  auto opt = optim::make_adam(o.adam, model->parameters(), torch::optim::AdamOptions(1e-3));
   if (comm) {
     dist::ProcessGroupOptions po;
     po.timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout * 1000));

@@ -63,12 +63,7 @@ int run_bench_train(const BenchTrainOptions& o) {
   model_options.sparse_gradients = o.sparse_gradients;
   DeepFM model(model_options);
   model->to(device);
-  std::unique_ptr<torch::optim::Optimizer> opt;
-  if (o.optimizer == "fused") {
-    opt = std::make_unique<optim::FusedAdam>(model->parameters(), torch::optim::AdamOptions(1e-3));
-  } else {
-    opt = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
-  }
+  auto opt = optim::make_adam(o.optimizer, model->parameters(), torch::optim::AdamOptions(1e-3));
   StepTimer timer;
   if (device.is_cuda()) timer.set_synchronizer([] { torch::cuda::synchronize(); });
   auto step = [&](const data::Batch& b) {

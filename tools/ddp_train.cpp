@@ -35,12 +35,7 @@ int main(int argc, char** argv) {
     DeepFM model(model_options);
     model->to(run.device());
     dist::broadcast_module(*comm, *model, 0);
-    std::unique_ptr<torch::optim::Optimizer> optimizer;
-    if (adam == "fused") {
-      optimizer = std::make_unique<optim::FusedAdam>(model->parameters(), torch::optim::AdamOptions(run.lr()));
-    } else {
-      optimizer = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(run.lr()));
-    }
+    auto optimizer = optim::make_adam(adam, model->parameters(), torch::optim::AdamOptions(run.lr()));
     // Alone, the local gradient is the average: no sync, no one-rank collectives.
     auto sync = alone ? nullptr : dist::make_grad_sync(strategy, *comm, model->parameters());
 

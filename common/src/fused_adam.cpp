@@ -96,6 +96,13 @@ void RowAccumulator::clear() {
   sums_.clear();
 }
 
+std::unique_ptr<torch::optim::Optimizer> make_adam(const std::string& which, std::vector<torch::Tensor> params,
+                                                   const torch::optim::AdamOptions& options) {
+  if (which == "fused") return std::make_unique<FusedAdam>(std::move(params), options);
+  if (which == "torch") return std::make_unique<torch::optim::Adam>(std::move(params), options);
+  throw ConfigError(fmt::format("Adam '{}': must be fused or torch", which));
+}
+
 void fused_adam_update(float* p, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, int64_t step,
                        const torch::optim::AdamOptions& options) {
   detail::adam_update(p, grad, exp_avg, exp_avg_sq, n, coefficients(options, step), options.weight_decay() != 0);

@@ -70,6 +70,11 @@ class FusedAdam : public torch::optim::Adam {
   std::unordered_map<std::string, std::vector<float>> zeroed_;  ///< per narrow sparse table: a zero gradient
 };
 
+/// The kit's trainers' choice of Adam: "fused" (FusedAdam) or "torch" (torch::optim::Adam), same
+/// options. Throws ddplab::ConfigError naming `which` for anything else.
+std::unique_ptr<torch::optim::Optimizer> make_adam(const std::string& which, std::vector<torch::Tensor> params,
+                                                   const torch::optim::AdamOptions& options);
+
 /// One parameter's update (exposed for the tests): n floats of p, grad, exp_avg and exp_avg_sq.
 /// step is the step count after this update (1 for the first).
 void fused_adam_update(float* p, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, int64_t step,

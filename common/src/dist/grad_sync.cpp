@@ -514,14 +514,18 @@ class SparseSync final : public GradSync {
     std::vector<torch::Tensor> all_counts(static_cast<size_t>(world));
     for (auto& c : all_counts) c = torch::empty_like(counts);
     comm_.allgather(all_counts, counts);
+    std::vector<std::vector<int64_t>> k_of(static_cast<size_t>(world));  // [rank][table], read once
+    for (int r = 0; r < world; ++r) {
+      const auto c = all_counts[static_cast<size_t>(r)].accessor<int64_t, 1>();
+      for (size_t t = 0; t < n_tables; ++t) k_of[static_cast<size_t>(r)].push_back(c[static_cast<int64_t>(t)]);
+    }
 
     // Per table: the largest count, and whether its rows travel or the whole table does.
     std::vector<int64_t> max_k(n_tables, 0);
     std::vector<bool> dense(n_tables, false);
     int64_t packed = 0;
     for (size_t t = 0; t < n_tables; ++t) {
-      for (int r = 0; r < world; ++r)
-        max_k[t] = std::max(max_k[t], all_counts[static_cast<size_t>(r)][static_cast<int64_t>(t)].item<int64_t>());
+      for (int r = 0; r < world; ++r) max_k[t] = std::max(max_k[t], k_of[static_cast<size_t>(r)][t]);
       const torch::Tensor& p = params_[tables_[t]];
       dense[t] = static_cast<double>(max_k[t]) * world > opts_.sparse_max_density * static_cast<double>(p.size(0));
       if (!dense[t]) packed += max_k[t] * (1 + p.size(1));
@@ -562,7 +566,7 @@ class SparseSync final : public GradSync {
       optim::RowAccumulator& acc = global_[t];
       acc.clear();
       for (int r = 0; r < world; ++r) {
-        const int64_t k = all_counts[static_cast<size_t>(r)][static_cast<int64_t>(t)].item<int64_t>();
+        const int64_t k = k_of[static_cast<size_t>(r)][t];
         if (k == 0) continue;
         const torch::Tensor part = recv[static_cast<size_t>(r)];
         const torch::Tensor row_ids = part.narrow(0, at, k).view(torch::kInt32).to(torch::kInt64);

@@ -103,10 +103,10 @@ void check_coverage(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
       }
     }
     // A padding sampler drops nothing (reported sampler.tail "pad").
-    if (sampler_tail(reps[0]) == "pad" && !listed(reps[0], "dropped_indices", world, n, e).empty()) {
-      fail(r,
-           fmt::format("epoch {}: the sampler dropped {} sample(s) with --tail pad", e,
-                       listed(reps[0], "dropped_indices", world, n, e).size()),
+    const auto padded = listed(reps[0], "padded_indices", world, n, e);
+    const auto dropped = listed(reps[0], "dropped_indices", world, n, e);
+    if (sampler_tail(reps[0]) == "pad" && !dropped.empty()) {
+      fail(r, fmt::format("epoch {}: the sampler dropped {} sample(s) with --tail pad", e, dropped.size()),
            c.text("diagnosis_dropped_in_pad"));
       return;
     }
@@ -118,8 +118,6 @@ void check_coverage(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
            c.text("diagnosis_identical"));
       return;
     }
-    const auto padded = listed(reps[0], "padded_indices", world, n, e);
-    const auto dropped = listed(reps[0], "dropped_indices", world, n, e);
     uint64_t expect_digest = full, expect_samples = n;
     for (auto i : padded) expect_digest += index_digest(i), ++expect_samples;
     for (auto i : dropped) expect_digest -= index_digest(i), --expect_samples;
