@@ -65,13 +65,18 @@ int run_price(const PriceOptions& o) {
   bool exact = true, replicated = false;
   for (size_t e = 0; e < epochs; ++e) {
     std::vector<uint64_t> sets, samples;
+    std::vector<std::vector<uint64_t>> seen;
     for (const auto& r : reps) {
       const auto& ep = r.at("epochs").at(e);
-      sets.push_back(parse_hex64(ep.at("set_digest").get<std::string>(),
-                                 fmt::format("{}: epochs.{}.set_digest", r.at("_path").get<std::string>(), e)));
+      const std::string where = fmt::format("{}: epochs.{}.", r.at("_path").get<std::string>(), e);
+      sets.push_back(parse_hex64(ep.at("set_digest").get<std::string>(), where + "set_digest"));
       samples.push_back(ep.at("samples").get<uint64_t>());
+      if (ep.contains("seen") && ep["seen"].is_string()) {
+        seen.push_back(decode_seen(ep["seen"].get<std::string>(), where + "seen"));
+      }
     }
-    const auto u = epoch_unique_samples(sets, samples, n);
+    if (seen.size() != reps.size()) seen.clear();  // exact only with every rank's bitmap
+    const auto u = epoch_unique_samples(sets, samples, n, seen);
     unique += u.unique;
     exact = exact && u.exact;
     replicated = replicated || u.replicated;

@@ -27,6 +27,69 @@ void SampleLedger::add(uint64_t index) {
   set_ += hash(index);
   order_ = (order_ ^ hash(index)) * 0x100000001b3ULL;
   if (head_.size() < 16) head_.push_back(index);
+  if (!seen_complete_) return;
+  if (index >= kSeenCap) {
+    seen_complete_ = false;
+    seen_ = {};
+    return;
+  }
+  if (index / 64 >= seen_.size()) seen_.resize(index / 64 + 1, 0);
+  seen_[index / 64] |= uint64_t{1} << (index % 64);
+}
+
+namespace {
+constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+}  // namespace
+
+std::string encode_seen(const std::vector<uint64_t>& words) {
+  std::vector<uint8_t> bytes(words.size() * 8);
+  for (size_t w = 0; w < words.size(); ++w) {
+    for (int b = 0; b < 8; ++b) bytes[w * 8 + b] = static_cast<uint8_t>(words[w] >> (8 * b));
+  }
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const uint32_t v = (uint32_t{bytes[i]} << 16) | (i + 1 < bytes.size() ? uint32_t{bytes[i + 1]} << 8 : 0) |
+                       (i + 2 < bytes.size() ? uint32_t{bytes[i + 2]} : 0);
+    out += kBase64[(v >> 18) & 63];
+    out += kBase64[(v >> 12) & 63];
+    out += i + 1 < bytes.size() ? kBase64[(v >> 6) & 63] : '=';
+    out += i + 2 < bytes.size() ? kBase64[v & 63] : '=';
+  }
+  return out;
+}
+
+std::vector<uint64_t> decode_seen(const std::string& text, const std::string& what) {
+  auto bad = [&](const std::string& why) {
+    return Error(fmt::format("{}: not a sample bitmap (base64 of 64-bit words): {}", what, why));
+  };
+  if (text.size() % 4 != 0) throw bad(fmt::format("length {} is not a multiple of 4", text.size()));
+  std::vector<uint8_t> bytes;
+  bytes.reserve(text.size() / 4 * 3);
+  for (size_t i = 0; i < text.size(); i += 4) {
+    uint32_t v = 0;
+    int pad = 0;
+    for (size_t k = 0; k < 4; ++k) {
+      const char c = text[i + k];
+      const char* at = c == '\0' ? nullptr : std::strchr(kBase64, c);
+      if (c == '=' && i + 4 == text.size() && k >= 2) {
+        ++pad;
+        v <<= 6;
+        continue;
+      }
+      if (at == nullptr || pad > 0) throw bad(fmt::format("character {} ('{}')", i + k, c));
+      v = (v << 6) | static_cast<uint32_t>(at - kBase64);
+    }
+    bytes.push_back(static_cast<uint8_t>(v >> 16));
+    if (pad < 2) bytes.push_back(static_cast<uint8_t>(v >> 8));
+    if (pad < 1) bytes.push_back(static_cast<uint8_t>(v));
+  }
+  if (bytes.size() % 8 != 0) throw bad(fmt::format("{} bytes is not a whole number of words", bytes.size()));
+  std::vector<uint64_t> words(bytes.size() / 8, 0);
+  for (size_t w = 0; w < words.size(); ++w) {
+    for (int b = 0; b < 8; ++b) words[w] |= uint64_t{bytes[w * 8 + b]} << (8 * b);
+  }
+  return words;
 }
 
 void SampleLedger::add(const std::vector<uint64_t>& indices) {
@@ -40,7 +103,7 @@ uint64_t SampleLedger::range_set_digest(uint64_t first, uint64_t n) {
 }
 
 EpochUnique epoch_unique_samples(const std::vector<uint64_t>& set_digests, const std::vector<uint64_t>& samples,
-                                 uint64_t n) {
+                                 uint64_t n, const std::vector<std::vector<uint64_t>>& seen) {
   EpochUnique u;
   uint64_t digest = 0, processed = 0, max_one = 0;
   bool replicated = !set_digests.empty();
@@ -50,7 +113,16 @@ EpochUnique epoch_unique_samples(const std::vector<uint64_t>& set_digests, const
     max_one = std::max(max_one, samples.at(k));
     replicated = replicated && set_digests[k] == set_digests[0];
   }
-  if (digest == SampleLedger::range_set_digest(0, n)) {
+  if (!set_digests.empty() && seen.size() == set_digests.size()) {
+    const size_t words = (n + 63) / 64;
+    std::vector<uint64_t> all(words, 0);
+    for (const auto& s : seen) {
+      for (size_t w = 0; w < std::min(words, s.size()); ++w) all[w] |= s[w];
+    }
+    if (n % 64 != 0 && words > 0) all[words - 1] &= (uint64_t{1} << (n % 64)) - 1;
+    for (uint64_t w : all) u.unique += static_cast<uint64_t>(__builtin_popcountll(w));
+    u.replicated = replicated && set_digests.size() > 1;
+  } else if (digest == SampleLedger::range_set_digest(0, n)) {
     u.unique = n;
   } else if (replicated) {
     u.unique = max_one;
@@ -141,6 +213,7 @@ void RunReport::add_epoch(int64_t epoch, int64_t steps, const SampleLedger& ledg
                           {"order_digest", hex64(ledger.order_digest())},
                           {"head", ledger.head()},
                           {"seconds", seconds}});
+  if (ledger.seen_complete()) j_["epochs"].back()["seen"] = encode_seen(ledger.seen());
 }
 
 void RunReport::set_phases(const StepTimer& timer) {

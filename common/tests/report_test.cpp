@@ -40,6 +40,70 @@ TEST(SampleLedger, ShardsAddUpToTheRangeDigestOnlyWhenDisjointAndCovering) {
   EXPECT_NE(dup.set_digest(), ddplab::SampleLedger::range_set_digest(0, 100));
 }
 
+TEST(SampleLedger, CountsPartlyOverlappingShardsExactlyFromTheirBitmaps) {
+  // Two ranks each take 50 of 100 samples, the second starting 2 positions after the first (a
+  // block offset by rank x world instead of rank x share): 100 processed, 52 distinct. The digests
+  // alone can only say "at most 100".
+  ddplab::SampleLedger r0, r1;
+  for (uint64_t i = 0; i < 50; ++i) r0.add(i);
+  for (uint64_t i = 2; i < 52; ++i) r1.add(i);
+  const std::vector<uint64_t> sets{r0.set_digest(), r1.set_digest()}, samples{50, 50};
+  const auto blind = ddplab::epoch_unique_samples(sets, samples, 100);
+  EXPECT_EQ(blind.unique, 100u);
+  EXPECT_FALSE(blind.exact);
+  const auto exact = ddplab::epoch_unique_samples(sets, samples, 100, {r0.seen(), r1.seen()});
+  EXPECT_EQ(exact.unique, 52u);
+  EXPECT_TRUE(exact.exact);
+  EXPECT_FALSE(exact.replicated);
+  // Disjoint and covering: all 100; indices past n do not count.
+  ddplab::SampleLedger a, b;
+  for (uint64_t i = 0; i < 100; i += 2) a.add(i);
+  for (uint64_t i = 1; i < 100; i += 2) b.add(i);
+  b.add(130);
+  EXPECT_EQ(ddplab::epoch_unique_samples({a.set_digest(), b.set_digest()}, {50, 51}, 100, {a.seen(), b.seen()}).unique,
+            100u);
+  // Every rank the same: one rank's share, flagged as replicated.
+  const auto same =
+      ddplab::epoch_unique_samples({r0.set_digest(), r0.set_digest()}, {50, 50}, 100, {r0.seen(), r0.seen()});
+  EXPECT_EQ(same.unique, 50u);
+  EXPECT_TRUE(same.replicated);
+  // One rank without a bitmap: back to the digests.
+  EXPECT_FALSE(ddplab::epoch_unique_samples(sets, samples, 100, {r0.seen()}).exact);
+}
+
+TEST(SampleLedger, DropsItsBitmapPastTheCap) {
+  ddplab::SampleLedger led;
+  led.add(3);
+  EXPECT_TRUE(led.seen_complete());
+  EXPECT_EQ(led.seen().size(), 1u);
+  led.add(ddplab::SampleLedger::kSeenCap);
+  EXPECT_FALSE(led.seen_complete());
+  EXPECT_TRUE(led.seen().empty());
+  led.add(5);  // stays dropped
+  EXPECT_FALSE(led.seen_complete());
+  EXPECT_EQ(led.count(), 3u);
+}
+
+TEST(SampleLedger, BitmapTextRoundTripsAndBadTextNamesWhere) {
+  for (const std::vector<uint64_t>& words :
+       std::vector<std::vector<uint64_t>>{{},
+                                          {1},
+                                          {0xFFFFFFFFFFFFFFFFULL, 0x8000000000000001ULL},
+                                          {7, 0, 0x0123456789ABCDEFULL}}) {
+    EXPECT_EQ(ddplab::decode_seen(ddplab::encode_seen(words), "x"), words);
+  }
+  EXPECT_EQ(ddplab::encode_seen({1}), "AQAAAAAAAAA=");  // bytes 01 00 .. 00, as any base64 tool writes them
+  try {
+    ddplab::decode_seen("AQAA*AAAAAA=", "rank 1's report: epochs.0.seen");
+    FAIL() << "no error";
+  } catch (const ddplab::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1's report: epochs.0.seen"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("character 4"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ddplab::decode_seen("AQA", "x"), ddplab::Error);       // not a multiple of 4
+  EXPECT_THROW(ddplab::decode_seen("AQAAAA==", "x"), ddplab::Error);  // 4 bytes: not a word
+}
+
 TEST(ParameterDigest, EqualForEqualWeightsDifferentAfterAnyChange) {
   torch::manual_seed(1);
   torch::nn::Linear a(5, 3);
@@ -90,6 +154,8 @@ TEST(RunReport, WritesVersionedReportAtomicallyAndLoadsIt) {
   EXPECT_EQ(j["steps"]["loss"].size(), 2u);
   EXPECT_EQ(j["epochs"][0]["samples"], 2);
   EXPECT_EQ(j["epochs"][0]["set_digest"], ddplab::hex64(led.set_digest()));
+  EXPECT_EQ(ddplab::decode_seen(j["epochs"][0]["seen"].get<std::string>(), "seen"),
+            std::vector<uint64_t>{(1u << 5) | (1u << 6)});
   EXPECT_DOUBLE_EQ(j["phases"]["forward"].get<double>(), 0.5);
   EXPECT_EQ(j["not_attempted"], nlohmann::json::array({"01.2"}));
   EXPECT_GT(j["memory"]["peak_rss_bytes"].get<uint64_t>(), 0u);

@@ -360,7 +360,11 @@ TEST(Kit, EveryPlantedBugNamesAFileAndACheckOfItsLab) {
       const auto check = t["check"].value<std::string>();
       const auto diagnosis = t["diagnosis"].value<std::string>();
       ASSERT_TRUE(file && check && diagnosis) << where << "/expect.toml needs file, check and diagnosis";
-      EXPECT_EQ(t.size(), 3u) << where << "/expect.toml: only file, check and diagnosis";
+      const auto calibrated = t["calibrated"].value<std::string>();
+      EXPECT_EQ(t.size(), calibrated ? 4u : 3u) << where << "/expect.toml: only file, check, diagnosis and calibrated";
+      if (calibrated) {
+        EXPECT_TRUE(*calibrated == "yes" || *calibrated == "no") << where << ": calibrated = \"" << *calibrated << "\"";
+      }
       EXPECT_NE(std::find(spec.manifest.begin(), spec.manifest.end(), *file), spec.manifest.end())
           << where << ": " << *file;
       const bool known =

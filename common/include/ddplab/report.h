@@ -29,6 +29,13 @@ class SampleLedger {
   uint64_t order_digest() const noexcept { return order_; }
   /// The first indices seen (up to 16), for a readable diagnosis.
   const std::vector<uint64_t>& head() const noexcept { return head_; }
+  /// Which indices were seen, as a bitmap (bit i%64 of word i/64), while every index is below
+  /// kSeenCap (2^24: 2 MiB); empty with seen_complete() false past it. The grader ORs the ranks'
+  /// bitmaps to count the distinct samples of an epoch exactly, where the digests only tell
+  /// "each once" or "every rank the same".
+  const std::vector<uint64_t>& seen() const noexcept { return seen_; }
+  bool seen_complete() const noexcept { return seen_complete_; }
+  static constexpr uint64_t kSeenCap = uint64_t{1} << 24;
   /// Set digest of the index range [first, first + n), as the ledger of a complete pass computes it.
   static uint64_t range_set_digest(uint64_t first, uint64_t n);
   static uint64_t hash(uint64_t index);
@@ -36,20 +43,29 @@ class SampleLedger {
  private:
   uint64_t count_ = 0, set_ = 0, order_ = 0xcbf29ce484222325ULL;
   std::vector<uint64_t> head_;
+  std::vector<uint64_t> seen_;
+  bool seen_complete_ = true;
 };
 
+/// The report's form of a SampleLedger bitmap (base64 of its little-endian 64-bit words), and
+/// back; decode_seen throws ddplab::Error naming `what` for anything that is not such a string.
+std::string encode_seen(const std::vector<uint64_t>& words);
+std::vector<uint64_t> decode_seen(const std::string& text, const std::string& what);
+
 /// Distinct samples of one epoch of a job, from its ranks' set digests and sample counts for that
-/// epoch (SampleLedger) over a training set of n samples: n when the digests add up to [0, n)'s
-/// (each sample once), one rank's count when every rank saw the same set (no sampler: N copies
-/// of one rank's work), else the samples processed, capped at n (`exact` false: the digests tell
-/// no more). The grader's scaling check and `ddplab price` count with it.
+/// epoch (SampleLedger) over a training set of n samples. With every rank's `seen` bitmap (one
+/// per rank, as the reports carry them below SampleLedger::kSeenCap samples): the indices below n
+/// in their union, exactly. Without: n when the digests add up to [0, n)'s (each sample once),
+/// one rank's count when every rank saw the same set (no sampler: N copies of one rank's work),
+/// else the samples processed, capped at n (`exact` false: the digests tell no more). The
+/// grader's scaling check and `ddplab price` count with it.
 struct EpochUnique {
   uint64_t unique = 0;
   bool exact = true;
   bool replicated = false;  ///< every rank saw the same samples
 };
 EpochUnique epoch_unique_samples(const std::vector<uint64_t>& set_digests, const std::vector<uint64_t>& samples,
-                                 uint64_t n);
+                                 uint64_t n, const std::vector<std::vector<uint64_t>>& seen = {});
 
 /// FNV-1a digest over the bytes of every parameter and buffer, in registration order, as
 /// 16 hex digits. Two ranks hold bit-identical models exactly when the digests agree (modulo

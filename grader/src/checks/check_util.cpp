@@ -350,7 +350,13 @@ std::vector<EpochView> epochs_of(const std::vector<json>& reps) {
           parse_hex64(field<std::string>(reps[k], base + "order_digest", rank), base + "order_digest"));
       out[e].samples.push_back(field<uint64_t>(reps[k], base + "samples", rank));
       out[e].steps.push_back(field<uint64_t>(reps[k], base + "steps", rank));
+      const json& ep = reps[k]["epochs"][e];
+      if (ep.contains("seen") && ep["seen"].is_string() && out[e].seen.size() == k) {
+        out[e].seen.push_back(
+            decode_seen(ep["seen"].get<std::string>(), fmt::format("rank {}'s report: {}seen", rank, base)));
+      }
     }
+    if (out[e].seen.size() != reps.size()) out[e].seen.clear();
   }
   return out;
 }
@@ -381,16 +387,23 @@ bool phase_timers_consistent(const std::vector<json>& reps, CheckResult& r) {
 uint64_t range_digest(uint64_t n) { return SampleLedger::range_set_digest(0, n); }
 uint64_t index_digest(uint64_t index) { return SampleLedger::hash(index); }
 
-double unique_rate(const RunOutcome& run, uint64_t n) {
+UniqueRate unique_rate(const RunOutcome& run, uint64_t n) {
   const auto reps = reports(run);
   const auto epochs = epochs_of(reps);
   double wall = 0;
   for (size_t k = 0; k < reps.size(); ++k) {
     wall = std::max(wall, field<double>(reps[k], "phases.wall", static_cast<int>(k)));
   }
-  uint64_t unique = 0;
-  for (const auto& ep : epochs) unique += epoch_unique_samples(ep.set, ep.samples, n).unique;
-  return wall > 0 ? static_cast<double>(unique) / wall : 0;
+  UniqueRate u;
+  for (const auto& ep : epochs) {
+    const EpochUnique e = epoch_unique_samples(ep.set, ep.samples, n, ep.seen);
+    u.unique += e.unique;
+    u.exact = u.exact && e.exact;
+    u.replicated = u.replicated || e.replicated;
+    for (uint64_t s : ep.samples) u.processed += s;
+  }
+  u.rate = wall > 0 ? static_cast<double>(u.unique) / wall : 0;
+  return u;
 }
 
 }  // namespace ddplab::grader::checks

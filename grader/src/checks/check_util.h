@@ -113,6 +113,9 @@ std::pair<double, std::string> reference_figure(const CheckSpec& c, const GradeC
 /// digest, the samples and the steps.
 struct EpochView {
   std::vector<uint64_t> set, order, samples, steps;
+  /// Per rank, the bitmap of the sample indices it saw (SampleLedger::seen); empty unless every
+  /// rank's report carries one.
+  std::vector<std::vector<uint64_t>> seen;
 };
 /// The epochs every rank completed.
 std::vector<EpochView> epochs_of(const std::vector<json>& reps);
@@ -121,8 +124,15 @@ uint64_t range_digest(uint64_t n);
 uint64_t index_digest(uint64_t index);
 
 /// Unique samples per second of a run of `n` training samples: the distinct samples the ranks saw
-/// (from the digests, so a run without a sampler counts one copy) over the slowest rank's time.
-double unique_rate(const RunOutcome& run, uint64_t n);
+/// (exactly, from the ranks' bitmaps where the reports carry them; else from the digests, so a run
+/// without a sampler counts one copy) over the slowest rank's time; with the counts behind it.
+struct UniqueRate {
+  double rate = 0;
+  uint64_t unique = 0, processed = 0;
+  bool exact = true;
+  bool replicated = false;  ///< in some epoch every rank saw the same samples (no sampler)
+};
+UniqueRate unique_rate(const RunOutcome& run, uint64_t n);
 
 }  // namespace ddplab::grader::checks
 

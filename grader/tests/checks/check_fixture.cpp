@@ -9,6 +9,7 @@
 
 #include "../../src/checks/check_util.h"
 #include "ddplab/error.h"
+#include "ddplab/report.h"
 
 namespace fs = std::filesystem;
 
@@ -95,11 +96,16 @@ json good_report() {
 
 json epoch_of(const std::vector<uint64_t>& indices, uint64_t order) {
   uint64_t set = 0;
-  for (auto i : indices) set += checks::index_digest(i);
+  ddplab::SampleLedger seen;  // the bitmap, as a lab's ledger writes it
+  for (auto i : indices) {
+    set += checks::index_digest(i);
+    seen.add(i);
+  }
   return {{"set_digest", fmt::format("{:016x}", set)},
           {"order_digest", fmt::format("{:016x}", order)},
           {"samples", indices.size()},
-          {"steps", (indices.size() + 99) / 100}};
+          {"steps", (indices.size() + 99) / 100},
+          {"seen", ddplab::encode_seen(seen.seen())}};
 }
 
 ::testing::AssertionResult has(const CheckResult& r, Status status, const std::string& diagnosis) {

@@ -59,6 +59,29 @@ TEST_F(ScalingCheck, RanksRepeatingEachOthersWorkDoNotScale) {
   EXPECT_TRUE(has(grade("scales"), Status::kPassed));
 }
 
+TEST_F(ScalingCheck, OverlappingShardsCountTheirDistinctSamplesOnly) {
+  // Each rank takes 500 samples in the time a correct shard takes, but the second block starts 2
+  // positions after the first (rank x world instead of rank x share): 1,000 processed, 502
+  // distinct. Counted as min(processed, n) this scaled perfectly.
+  add_run("two", {timed(range(0, 500), 5.0), timed(range(2, 502), 5.0)});
+  const auto r = grade("scales");
+  EXPECT_TRUE(has(r, Status::kFailed, "50% of the samples the ranks processed were repeats"));
+  EXPECT_NEAR(*r.figure, 0.502, 1e-9);
+  EXPECT_NE(r.observed.find("502 distinct of 1000 samples processed"), std::string::npos) << r.observed;
+}
+
+TEST_F(ScalingCheck, WithoutTheBitmapsTheCountIsAnUpperBound) {
+  // Reports of an older kit (no `seen`): the digests cannot count an overlap, so the check counts
+  // at most min(processed, n) and says so.
+  auto a = timed(range(0, 500), 5.0), b = timed(range(2, 502), 5.0);
+  a["epochs"][0].erase("seen");
+  b["epochs"][0].erase("seen");
+  add_run("two", {a, b});
+  const auto r = grade("scales");
+  EXPECT_TRUE(has(r, Status::kPassed));
+  EXPECT_NE(r.observed.find("(at most: the reports carry no sample bitmaps)"), std::string::npos) << r.observed;
+}
+
 TEST_F(ScalingCheck, AMissingWallTimeIsMalformed) {
   auto rep = timed(range(0, 1000, 2), 5.0);
   rep["phases"].erase("wall");
