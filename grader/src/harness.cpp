@@ -614,6 +614,29 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
       }
     }
   } else {
+    if (o.tree != "solutions") {
+      // A student's own tree: the same rule as a submission's. Their labs/ file is the edited one,
+      // so the reference is the solution, whose text outside the regions is the skeleton's.
+      const fs::path reference = fs::path(o.source_dir) / "solutions" / spec.folder;
+      if (fs::is_directory(reference)) {
+        result.rule_errors = submission_region_edits(spec, reference.string(),
+                                                     (fs::path(o.source_dir) / o.tree / spec.folder).string(), false);
+      } else {
+        say(
+            fmt::format("no {} in this clone: edits outside the STUDENT CODE regions are not checked here (the "
+                        "instructor's grader checks them)",
+                        reference.string()));
+      }
+      if (!result.rule_errors.empty()) {
+        for (const auto& e : result.rule_errors) say(e);
+        fail_all(result.rule_errors.front(),
+                 "only the code between `// BEGIN STUDENT CODE` and `// END STUDENT CODE` may change, as in a "
+                 "submission: restore the kit's text outside the regions (git diff labs/ shows your edits); nothing "
+                 "was built or run",
+                 fmt::format("{}", fmt::join(result.rule_errors, "\n")));
+        return result;
+      }
+    }
     bin = binaries_for(targets, spec, o.tree);
     if (o.build) {
       const std::string suffix = targets.value("tree", "solutions") == o.tree ? "" : "_" + o.tree;

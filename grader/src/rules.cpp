@@ -70,9 +70,10 @@ static std::string lf(const std::string& text) {
   return out;
 }
 
-std::string outside_edit(const std::string& name, const std::string& skeleton_text,
-                         const std::string& submission_text) {
-  const MarkedFile skel_file = parse_marked(name + " (skeleton)", lf(skeleton_text));
+std::string outside_edit(const std::string& name, const std::string& skeleton_text, const std::string& submission_text,
+                         bool reference_is_skeleton) {
+  const MarkedFile skel_file =
+      parse_marked(name + (reference_is_skeleton ? " (skeleton)" : " (the kit's)"), lf(skeleton_text));
   MarkedFile sub_file;
   try {
     sub_file = parse_marked(name, lf(submission_text));
@@ -81,6 +82,17 @@ std::string outside_edit(const std::string& name, const std::string& skeleton_te
     return fmt::format("{} (the BEGIN/END STUDENT CODE markers must stay as the skeleton has them)", e.what());
   }
   const Lines skel = significant(skel_file), sub = significant(sub_file);
+  // The skeleton's line numbers help a student find the line; the solution's (a student's own
+  // tree is checked against it) would only mislead: the text alone then.
+  auto missing = [&](size_t i) {
+    return reference_is_skeleton
+               ? fmt::format("the skeleton's line {} {} is missing", skel.line[i], shown(skel.text[i]))
+               : fmt::format("the kit's line {} is missing", shown(skel.text[i]));
+  };
+  auto where = [&](size_t i) {
+    return reference_is_skeleton ? fmt::format("where the skeleton's line {} is {}", skel.line[i], shown(skel.text[i]))
+                                 : fmt::format("where the kit has {}", shown(skel.text[i]));
+  };
   const std::string what = "edited outside the STUDENT CODE regions";
   const size_t n = std::min(skel.text.size(), sub.text.size());
   for (size_t i = 0; i < n; ++i) {
@@ -90,30 +102,27 @@ std::string outside_edit(const std::string& name, const std::string& skeleton_te
     }
     if (i + 1 < skel.text.size() && sub.text[i] == skel.text[i + 1]) {
       // Where it should be: after the last line that agrees.
-      return fmt::format("{}:{}: {}: the skeleton's line {} {} is missing", name, i == 0 ? 1 : sub.line[i - 1] + 1,
-                         what, skel.line[i], shown(skel.text[i]));
+      return fmt::format("{}:{}: {}: {}", name, i == 0 ? 1 : sub.line[i - 1] + 1, what, missing(i));
     }
-    return fmt::format("{}:{}: {}: {} where the skeleton's line {} is {}", name, sub.line[i], what, shown(sub.text[i]),
-                       skel.line[i], shown(skel.text[i]));
+    return fmt::format("{}:{}: {}: {} {}", name, sub.line[i], what, shown(sub.text[i]), where(i));
   }
   if (sub.text.size() > n) {
     return fmt::format("{}:{}: {}: line added: {}", name, sub.line[n], what, shown(sub.text[n]));
   }
   if (skel.text.size() > n) {
     const int at = sub_file.outside_lines.empty() ? 1 : sub_file.outside_lines.back() + 1;
-    return fmt::format("{}:{}: {}: the skeleton's line {} {} is missing", name, at, what, skel.line[n],
-                       shown(skel.text[n]));
+    return fmt::format("{}:{}: {}: {}", name, at, what, missing(n));
   }
   return "";
 }
 
 std::vector<std::string> submission_region_edits(const LabSpec& spec, const std::string& skeleton_dir,
-                                                 const std::string& submission_dir) {
+                                                 const std::string& submission_dir, bool reference_is_skeleton) {
   std::vector<std::string> edits;
   for (const auto& f : spec.manifest) {
-    const fs::path sub = fs::path(submission_dir) / f;
-    if (!fs::exists(sub)) continue;
-    std::string e = outside_edit(f, read_text(fs::path(skeleton_dir) / f), read_text(sub));
+    const fs::path sub = fs::path(submission_dir) / f, ref = fs::path(skeleton_dir) / f;
+    if (!fs::exists(sub) || (!reference_is_skeleton && !fs::exists(ref))) continue;
+    std::string e = outside_edit(f, read_text(ref), read_text(sub), reference_is_skeleton);
     if (!e.empty()) edits.push_back(std::move(e));
   }
   return edits;

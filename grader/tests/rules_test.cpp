@@ -166,6 +166,62 @@ TEST(Regions, TheGraderRejectsAnEditedSubmissionBeforeBuildingIt) {
   fs::remove_all(dir);
 }
 
+// A student's own tree (`build/labs/bin/ddplab grade lab09`): their labs/ file is the edited one,
+// so it is checked against the kit's solution, whose text outside the regions is the skeleton's;
+// the same rejection as a submission's, naming the student's line and the kit's text.
+TEST(Regions, AStudentsOwnTreeIsHeldToTheSameRule) {
+  const fs::path dir = fs::temp_directory_path() / ("ddplab_rules_tree_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "kit/labs/lab09_x");
+  fs::create_directories(dir / "kit/solutions/lab09_x");
+  fs::create_directories(dir / "build/grader");
+  const std::string solution =
+      replaced(replaced(kSkeleton, "  throw ddplab::NotImplemented(\"09.1\", \"the answer\");\n", "  return 42;\n"),
+               "  throw ddplab::NotImplemented(\"09.2\", \"the question\");\n", "  int q = 6;\n  return q * 9;\n");
+  std::ofstream(dir / "kit/solutions/lab09_x/lab09_student.cpp") << solution;
+  std::ofstream(dir / "build/grader/targets.json")
+      << R"({"tree": "solutions", "ddplab": "/x", "ddp_train": "/x", "lab09_x/labs": {"program": "/x", "tests": "/x"}})";
+  const fs::path spec_path = dir / "grade.toml";
+  std::ofstream(spec_path) << "[lab]\ntitle = \"Lab 09\"\nfolder = \"lab09_x\"\nprogram = \"lab09_x\"\n"
+                              "manifest = [\"lab09_student.cpp\"]\nexercises = [\"09.1\"]\n\n"
+                              "[[check]]\nid = \"a\"\nkind = \"unit_tests\"\nname = \"a\"\nexercise = \"09.1\"\n"
+                              "filter = \"A.*\"\npoints = 5\n";
+  GradeOptions o;
+  o.source_dir = (dir / "kit").string();
+  o.build_dir = (dir / "build").string();
+  o.tree = "labs";
+  o.build = false;
+  o.data_dir = (dir / "data").string();
+  o.out_dir = (dir / "out").string();
+  o.sandbox = "none";
+  o.quiet = true;
+  // A student's work inside the regions (one line more than the solution's) and g's signature
+  // changed: named at the student's line, with the kit's text it replaced.
+  std::ofstream(dir / "kit/labs/lab09_x/lab09_student.cpp")
+      << replaced(replaced(kSkeleton, "  throw ddplab::NotImplemented(\"09.1\", \"the answer\");\n",
+                           "  int a = 40;\n  return a + 2;\n"),
+                  "int g() {", "int g(void) {");
+  const LabResult r = grade_lab(load_spec(spec_path.string()), o);
+  const std::string want =
+      "lab09_student.cpp:11: edited outside the STUDENT CODE regions: `int g(void) {` where the kit has `int g() {`";
+  EXPECT_EQ(r.rule_errors, std::vector<std::string>{want});
+  ASSERT_EQ(r.checks.size(), 1u);
+  EXPECT_EQ(r.checks[0].status, Status::kFailed);
+  EXPECT_EQ(r.checks[0].observed, want);
+  EXPECT_NE(r.checks[0].diagnosis.find("as in a submission"), std::string::npos) << r.checks[0].diagnosis;
+
+  // Edits inside the regions only: the rule holds and grading goes on, to the data set, which
+  // this fake kit does not have.
+  std::ofstream(dir / "kit/labs/lab09_x/lab09_student.cpp")
+      << replaced(kSkeleton, "  throw ddplab::NotImplemented(\"09.1\", \"the answer\");\n", "  return 7;\n");
+  try {
+    EXPECT_TRUE(grade_lab(load_spec(spec_path.string()), o).rule_errors.empty());
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("meta.json"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 // The kit's own labs: every solution file agrees with its skeleton outside the regions under the
 // submission rule too (else the reference solution, submitted, would be rejected).
 TEST(Regions, EverySolutionPassesTheSubmissionRule) {

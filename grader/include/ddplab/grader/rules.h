@@ -16,13 +16,19 @@ namespace ddplab::grader {
 /// blank lines, which change nothing the compiler sees; everything else outside the regions —
 /// an include, a helper function, a changed signature, a renamed or retitled marker — is an edit.
 /// A malformed marker in the submission is reported with its line the same way.
-std::string outside_edit(const std::string& name, const std::string& skeleton_text, const std::string& submission_text);
+/// `reference_is_skeleton` false: the reference is the kit's solution, whose text outside the
+/// regions is the skeleton's (a kit test keeps it so) but whose line numbers are not, so the
+/// message quotes its line without a number (a student's own tree, whose labs/ file is the edited
+/// one, is checked against solutions/).
+std::string outside_edit(const std::string& name, const std::string& skeleton_text, const std::string& submission_text,
+                         bool reference_is_skeleton = true);
 
 /// outside_edit for every manifest file of `spec`: the submission's copy in `submission_dir`
 /// against the skeleton in `skeleton_dir` (files the submission lacks are the skeleton's, so
-/// they agree). One entry per file that differs, in manifest order.
+/// they agree), or against the solution there with `reference_is_skeleton` false (files the kit's
+/// solutions lack are not checked). One entry per file that differs, in manifest order.
 std::vector<std::string> submission_region_edits(const LabSpec& spec, const std::string& skeleton_dir,
-                                                 const std::string& submission_dir);
+                                                 const std::string& submission_dir, bool reference_is_skeleton = true);
 
 /// One undefined symbol of a compiled object: the archive member it is in ("lab01_student.cpp"
 /// for lab01_student.cpp.o) and its demangled name.
