@@ -257,6 +257,37 @@ TEST(Lab02Comm, GradientsAreAveragedNotSummed) {
   });
 }
 
+/// A module whose first parameter never gets a gradient (a frozen or unused layer ahead of the
+/// trained ones, as a model with a frozen embedding has).
+struct FrozenFirstImpl : torch::nn::Module {
+  FrozenFirstImpl() {
+    frozen = register_parameter("frozen", torch::zeros({2}));
+    a = register_parameter("a", torch::zeros({7}));
+    b = register_parameter("b", torch::zeros({3, 5}));
+  }
+  torch::Tensor frozen, a, b;
+};
+TORCH_MODULE(FrozenFirst);
+
+TEST(Lab02Comm, AParameterWithoutAGradientIsSkippedNotTheEnd) {
+  for_worlds([](int world) {
+    run_ranks(world, [world](ProcessGroup& pg) {
+      FrozenFirst m;
+      const double r1 = pg.rank() + 1;
+      m->a.mutable_grad() = (torch::arange(7) + 1) * r1;
+      m->b.mutable_grad() = (torch::arange(15).reshape({3, 5}) + 1) * r1;
+      lab02::average_gradients(pg, *m);
+      const double mean = (world + 1) / 2.0;
+      EXPECT_FALSE(m->frozen.grad().defined()) << "a parameter without a gradient is left alone";
+      EXPECT_TRUE(torch::allclose(m->a.grad(), (torch::arange(7) + 1) * mean, 0, 1e-6))
+          << "rank " << pg.rank() << ": the parameter after the one without a gradient was not averaged: got "
+          << m->a.grad() << ", expected " << mean << " x (i+1)";
+      EXPECT_TRUE(torch::allclose(m->b.grad(), (torch::arange(15).reshape({3, 5}) + 1) * mean, 0, 1e-6))
+          << "rank " << pg.rank() << ": the last parameter was not averaged";
+    });
+  });
+}
+
 TEST(Lab02Comm, AveragingKeepsIdenticalModelsIdentical) {
   // Same start, different data per rank, averaged gradients: after an optimizer step every rank
   // holds the same parameters (and they moved).
