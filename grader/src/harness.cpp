@@ -17,6 +17,7 @@
 #include "ddplab/error.h"
 #include "ddplab/grader/checks.h"
 #include "ddplab/grader/grade.h"
+#include "ddplab/grader/regions.h"
 #include "ddplab/grader/rules.h"
 #include "ddplab/grader/sandbox.h"
 #include "ddplab/launch.h"
@@ -567,6 +568,20 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
 
   const auto targets = load_targets(o.build_dir);
   LabBinaries bin;
+  // The graded files' regions, read where they are graded: how far each exercise got, so that
+  // "not attempted" is said only of an exercise none of whose regions was edited (half an
+  // exercise is attempted, and failing).
+  std::vector<MarkedFile> graded_files;
+  auto read_graded = [&](const fs::path& dir) {
+    for (const auto& f : spec.manifest) {
+      if (!fs::exists(dir / f)) continue;
+      try {
+        graded_files.push_back(parse_marked_file((dir / f).string()));
+      } catch (const Error&) {
+        // A broken marker is the region rule's to report; this file then tells nothing here.
+      }
+    }
+  };
   std::vector<ForbiddenCall> forbidden;
   // The kit functions the spec forbids, among the compiled student library's undefined symbols.
   auto find_forbidden = [&]() {
@@ -596,6 +611,7 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
                fmt::format("{}", fmt::join(result.rule_errors, "\n")));
       return result;
     }
+    read_graded(slot / spec.folder);
     bin = binaries_for(targets, spec, "submission");
     say("building the submission");
     std::vector<std::string> wanted = {spec.program + "_submission"};
@@ -637,6 +653,7 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
         return result;
       }
     }
+    read_graded(fs::path(o.source_dir) / o.tree / spec.folder);
     bin = binaries_for(targets, spec, o.tree);
     if (o.build) {
       const std::string suffix = targets.value("tree", "solutions") == o.tree ? "" : "_" + o.tree;
@@ -655,6 +672,12 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
   for (const auto& f : forbidden)
     say(fmt::format("{}: exercise {} calls {} ({})", f.file, f.exercise, f.function, f.symbol));
 
+  const auto progress = exercise_progress(graded_files);
+  auto edited = [&](const std::string& exercise) -> const ExerciseProgress* {
+    const auto it = progress.find(exercise);
+    return it != progress.end() && it->second.edited > 0 ? &it->second : nullptr;
+  };
+
   const Calibration calibration =
       load_calibration(o.calibration.empty() ? default_calibration_path(o.build_dir) : o.calibration,
                        calibration_key(o.data_dir));
@@ -666,6 +689,7 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     auto r = make_run(run, ctx, out / "runs" / run.name);
     say(fmt::format("run '{}': {} in {:.1f} s", run.name, r.ok() ? "ok" : r.summary, r.seconds));
     for (const auto& id : r.not_attempted) {
+      if (edited(id) != nullptr) continue;  // begun: its checks say what is missing
       if (std::find(result.not_attempted.begin(), result.not_attempted.end(), id) == result.not_attempted.end()) {
         result.not_attempted.push_back(id);
       }
@@ -701,6 +725,20 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     r.seconds = seconds_since(t);
     name_sandbox_cause(sandbox, o, bin, r);
     apply_forbidden(forbidden, r);
+    if (r.status == Status::kNotAttempted && !r.exercise.empty()) {
+      if (const ExerciseProgress* p = edited(r.exercise)) {
+        // Half an exercise: some of its regions were written, and what it runs still reaches a stub.
+        r.status = Status::kFailed;
+        r.score = 0;
+        r.diagnosis =
+            p->stubs.empty()
+                ? fmt::format("exercise {} was edited but its code still throws ddplab::NotImplemented", r.exercise)
+                : fmt::format(
+                      "exercise {} is half done: {} of its regions still hold the NotImplemented stub ({}); "
+                      "the checks reach it",
+                      r.exercise, p->stubs.size(), fmt::join(p->stubs, ", "));
+      }
+    }
     if (r.status == Status::kNotAttempted && !r.exercise.empty() &&
         std::find(result.not_attempted.begin(), result.not_attempted.end(), r.exercise) == result.not_attempted.end()) {
       result.not_attempted.push_back(r.exercise);

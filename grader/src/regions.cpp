@@ -2,6 +2,7 @@
 #include "ddplab/grader/regions.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -93,6 +94,48 @@ MarkedFile parse_marked(const std::string& path, const std::string& text) {
 
 MarkedFile parse_marked_file(const std::string& path) { return parse_marked(path, read_text(path)); }
 
+bool is_stub(const Region& region) {
+  // The body without comments and whitespace (string literals kept as they are): a stub still
+  // throws its own exercise's NotImplemented; a throw commented out or deleted is an edit.
+  std::string code;
+  bool in_string = false;
+  const std::string& b = region.body;
+  for (size_t i = 0; i < b.size(); ++i) {
+    const char c = b[i];
+    if (in_string) {
+      code += c;
+      if (c == '\\' && i + 1 < b.size()) {
+        code += b[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '/' && i + 1 < b.size() && b[i + 1] == '/') {
+      while (i < b.size() && b[i] != '\n') ++i;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if (!std::isspace(static_cast<unsigned char>(c))) code += c;
+  }
+  return code.find("ddplab::NotImplemented(\"" + region.id + "\"") != std::string::npos;
+}
+
+std::map<std::string, ExerciseProgress> exercise_progress(const std::vector<MarkedFile>& files) {
+  std::map<std::string, ExerciseProgress> out;
+  for (const auto& f : files) {
+    for (const auto& r : f.regions) {
+      auto& p = out[r.id];
+      if (is_stub(r)) {
+        p.stubs.push_back(fmt::format("{}:{}", fs::path(f.path).filename().string(), r.begin_line));
+      } else {
+        ++p.edited;
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<std::string> list_labs(const std::string& root) {
   std::vector<std::string> labs;
   if (!fs::is_directory(fs::path(root) / "labs")) return labs;
@@ -163,9 +206,15 @@ KitProblems check_lab(const std::string& root, const std::string& lab) {
       p.items.push_back(fmt::format("{} and {} differ outside the student regions ({} vs {} lines)", skel_path,
                                     sol.path, skel.outside.size(), sol.outside.size()));
     }
+    for (const auto& r : sol.regions) {
+      if (is_stub(r)) {
+        p.items.push_back(
+            fmt::format("{}:{}: solution region {} ({}) is still the stub", sol.path, r.begin_line, r.id, r.title));
+      }
+    }
     for (const auto& r : skel.regions) {
       code_ids.insert(r.id);
-      if (r.body.find("NotImplemented(\"" + r.id + "\"") == std::string::npos) {
+      if (!is_stub(r)) {
         p.items.push_back(fmt::format("{}:{}: skeleton region {} does not throw ddplab::NotImplemented(\"{}\")",
                                       skel_path, r.begin_line, r.id, r.id));
       }

@@ -38,6 +38,41 @@ TEST(Regions, AnExerciseMaySpanSeveralRegionsWithTheirOwnTitles) {
   EXPECT_EQ(f.regions[1].title, "the wait");
 }
 
+ddplab::grader::Region region(const std::string& id, const std::string& body) {
+  ddplab::grader::Region r;
+  r.id = id;
+  r.body = body;
+  return r;
+}
+
+TEST(Regions, AStubStillThrowsItsOwnNotImplemented) {
+  using ddplab::grader::is_stub;
+  EXPECT_TRUE(is_stub(region("04.2", "  throw ddplab::NotImplemented(\"04.2\", \"wait; average\");\n")));
+  EXPECT_TRUE(
+      is_stub(region("04.2", "  // TODO\n\n  throw ddplab::NotImplemented(\"04.2\",\n      \"two lines\");  // x\n")));
+  EXPECT_FALSE(is_stub(region("04.2", "  return 1;\n")));
+  // Lab 08's 08.1 is a struct body whose constructor throws: still a stub.
+  EXPECT_TRUE(is_stub(region("08.1", "  State() {\n    throw ddplab::NotImplemented(\"08.1\", \"x\");\n  }\n")));
+  EXPECT_FALSE(is_stub(region("04.2", "  // throw ddplab::NotImplemented(\"04.2\", \"x\");\n  return 2;\n")));
+  EXPECT_FALSE(is_stub(region("04.2", "  throw ddplab::NotImplemented(\"04.1\", \"another exercise's\");\n")));
+  EXPECT_FALSE(is_stub(region("04.2", "")));  // emptied: edited
+  EXPECT_FALSE(is_stub(region("04.2", "  auto s = \"ddplab::NotImplemented(04.2)\";\n")));
+}
+
+TEST(Regions, ProgressCountsEditedRegionsAndNamesTheStubsLeft) {
+  const auto f = parse_marked("/x/lab04_student.cpp",
+                              "// BEGIN STUDENT CODE (04.2: a)\n  hook();\n// END STUDENT CODE\n"
+                              "// BEGIN STUDENT CODE (04.2: b)\n  throw ddplab::NotImplemented(\"04.2\", \"b\");\n"
+                              "// END STUDENT CODE\n"
+                              "// BEGIN STUDENT CODE (04.3: c)\n  throw ddplab::NotImplemented(\"04.3\", \"c\");\n"
+                              "// END STUDENT CODE\n");
+  const auto p = ddplab::grader::exercise_progress({f});
+  EXPECT_EQ(p.at("04.2").edited, 1);
+  EXPECT_EQ(p.at("04.2").stubs, std::vector<std::string>{"lab04_student.cpp:4"});
+  EXPECT_EQ(p.at("04.3").edited, 0);
+  EXPECT_EQ(p.at("04.3").stubs.size(), 1u);
+}
+
 void expect_error(const std::string& text, const std::string& what) {
   try {
     parse_marked("x.cpp", text);

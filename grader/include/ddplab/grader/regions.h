@@ -3,6 +3,7 @@
 // throws NotImplemented with its own id, and the handout and the code name the same exercises.
 #pragma once
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -32,6 +33,20 @@ struct MarkedFile {
 MarkedFile parse_marked(const std::string& path, const std::string& text);
 MarkedFile parse_marked_file(const std::string& path);
 
+/// Whether a region is still a stub: its code (comments aside) throws
+/// `ddplab::NotImplemented("<its id>", ...)`, as every skeleton region does. Deleting or
+/// commenting out that throw is what edits it.
+bool is_stub(const Region& region);
+
+/// How far a student got with one exercise, from the graded files' regions: how many of its
+/// regions were edited (no longer the stub) and where the rest still are ("file:line").
+struct ExerciseProgress {
+  int edited = 0;
+  std::vector<std::string> stubs;
+};
+/// Per exercise id, over the regions of `files`.
+std::map<std::string, ExerciseProgress> exercise_progress(const std::vector<MarkedFile>& files);
+
 /// Problems found by check_lab (empty: consistent). Each names the file and line.
 struct KitProblems {
   std::vector<std::string> items;
@@ -39,9 +54,9 @@ struct KitProblems {
 };
 
 /// Checks one lab: for each student file, the labs/ and solutions/ versions have the same
-/// regions (ids, order) and the same text outside them; every skeleton region throws
-/// NotImplemented with its own id; the exercise ids the handout (labs/LAB/README.md) names equal
-/// the region ids in the code. `lab` is the folder name, e.g. "lab01_baseline".
+/// regions (ids, order) and the same text outside them; every skeleton region is a stub
+/// (is_stub: it throws NotImplemented with its own id) and no solution region is; the exercise ids the handout
+/// (labs/LAB/README.md) names equal the region ids in the code. `lab` is the folder name, e.g. "lab01_baseline".
 KitProblems check_lab(const std::string& source_root, const std::string& lab);
 
 /// The lab folders of the kit: labs/<name>/ that have a solutions/<name>/ counterpart.
