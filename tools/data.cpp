@@ -169,9 +169,9 @@ void setup_data(CLI::App& app) {
   data->require_subcommand(1);
 
   auto gen_opts = std::make_shared<GenOptions>();
-  CLI::App* gen = data->add_subcommand(
-      "gen",
-      "Generate the data set (shared/workload.md); also benchmarks the generator (target 500k samples/s/thread)");
+  CLI::App* gen = data->add_subcommand("gen",
+                                       "Generate the data set (docs/concepts/workload.md); also benchmarks the "
+                                       "generator (target 500k samples/s/thread)");
   gen->add_option("--out", gen_opts->gen.out_dir, "Output directory")->required();
   gen->add_option("--train", gen_opts->gen.train, "Training samples (indices [0, N))")
       ->capture_default_str()

@@ -89,7 +89,7 @@ void setup_launch(CLI::App& app) {
   sub->add_option("command", opts->command, "PROGRAM ARGS... (after --)")->required();
   sub->footer(
       "Put -- before the program when it has options of its own:\n"
-      "  ddplab launch -n 2 -- ./build/bin/lab01_baseline --data DIR\n"
+      "  ddplab launch -n 2 -- build/solutions/bin/lab01_baseline --data DIR\n"
       "Exit status: 0 if every rank succeeded; else the first failing rank's status (128 + signal\n"
       "if it was killed), 124 after --timeout, 128 + signal if the launcher was interrupted.");
   sub->callback([opts] { exit_status() = run_launch(*opts); });
