@@ -122,33 +122,51 @@ TEST(Regions, EverySubmittedManifestFileIsCompared) {
 
 // The harness: a submission that breaks the rule fails every check with the first edit, and is
 // neither built nor run (the fake build folder here could build nothing).
+/// A fake kit for the harness's rule checks, with nothing built (a build would fail: every
+/// binary is /x): `dir`/kit/labs/lab09_x, a build folder whose targets.json names the lab's
+/// `tree` targets, a spec with one unit_tests check per exercise, and options grading `tree`.
+struct FakeKit {
+  fs::path dir, spec_path;
+  GradeOptions o;
+  FakeKit(const std::string& name, const std::string& tree, const std::vector<std::string>& exercises) {
+    dir = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir / "kit/labs/lab09_x");
+    fs::create_directories(dir / "build/grader");
+    std::ofstream(dir / "build/grader/targets.json")
+        << R"({"tree": "solutions", "ddplab": "/x", "ddp_train": "/x", "lab09_x/)" << tree
+        << R"(": {"program": "/x", "tests": "/x"}})";
+    spec_path = dir / "grade.toml";
+    std::ofstream spec(spec_path);
+    spec << "[lab]\ntitle = \"Lab 09\"\nfolder = \"lab09_x\"\nprogram = \"lab09_x\"\n"
+            "manifest = [\"lab09_student.cpp\"]\nexercises = [";
+    for (size_t i = 0; i < exercises.size(); ++i) spec << (i ? ", " : "") << "\"" << exercises[i] << "\"";
+    spec << "]\n";
+    for (const auto& e : exercises) {
+      const std::string id = "ex" + e.substr(0, 2) + "_" + e.substr(3);  // 09.1 -> ex09_1
+      spec << "\n[[check]]\nid = \"" << id << "\"\nkind = \"unit_tests\"\nname = \"check " << e << "\"\nexercise = \""
+           << e << "\"\nfilter = \"T" << e << ".*\"\npoints = 5\n";
+    }
+    o.source_dir = (dir / "kit").string();
+    o.build_dir = (dir / "build").string();
+    o.tree = tree;
+    o.data_dir = (dir / "data").string();
+    o.out_dir = (dir / "out").string();
+    o.sandbox = "none";
+    o.quiet = true;
+  }
+  ~FakeKit() { fs::remove_all(dir); }
+  LabResult grade() const { return grade_lab(load_spec(spec_path.string()), o); }
+};
+
 TEST(Regions, TheGraderRejectsAnEditedSubmissionBeforeBuildingIt) {
-  const fs::path dir = fs::temp_directory_path() / ("ddplab_rules_harness_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir / "kit/labs/lab09_x");
-  fs::create_directories(dir / "build/grader");
+  FakeKit kit("ddplab_rules_harness", "submission", {"09.1", "09.2"});
+  const fs::path& dir = kit.dir;
   fs::create_directories(dir / "alice");
   std::ofstream(dir / "kit/labs/lab09_x/lab09_student.cpp") << kSkeleton;
   std::ofstream(dir / "alice/lab09_student.cpp") << replaced(kSkeleton, "int g() {", "int g() { // mine");
-  std::ofstream(dir / "build/grader/targets.json")
-      << R"({"tree": "solutions", "ddplab": "/x", "ddp_train": "/x", "lab09_x/submission": {"program": "/x", "tests": "/x"}})";
-  const fs::path spec_path = dir / "grade.toml";
-  std::ofstream(spec_path) << "[lab]\ntitle = \"Lab 09\"\nfolder = \"lab09_x\"\nprogram = \"lab09_x\"\n"
-                              "manifest = [\"lab09_student.cpp\"]\nexercises = [\"09.1\", \"09.2\"]\n\n"
-                              "[[check]]\nid = \"a\"\nkind = \"unit_tests\"\nname = \"a\"\nexercise = \"09.1\"\n"
-                              "filter = \"A.*\"\npoints = 5\n\n"
-                              "[[check]]\nid = \"b\"\nkind = \"unit_tests\"\nname = \"b\"\nexercise = \"09.2\"\n"
-                              "filter = \"B.*\"\npoints = 5\n";
-  GradeOptions o;
-  o.source_dir = (dir / "kit").string();
-  o.build_dir = (dir / "build").string();
-  o.tree = "submission";
-  o.submission = (dir / "alice").string();
-  o.data_dir = (dir / "data").string();
-  o.out_dir = (dir / "out").string();
-  o.sandbox = "none";
-  o.quiet = true;
-  const LabResult r = grade_lab(load_spec(spec_path.string()), o);
+  kit.o.submission = (dir / "alice").string();
+  const LabResult r = kit.grade();
   const std::string want =
       "lab09_student.cpp:10: edited outside the STUDENT CODE regions: `int g() { // mine` where "
       "the skeleton's line 10 is `int g() {`";
@@ -163,45 +181,27 @@ TEST(Regions, TheGraderRejectsAnEditedSubmissionBeforeBuildingIt) {
               std::string::npos);
   }
   EXPECT_EQ(r.score, 0);
-  fs::remove_all(dir);
 }
 
 // A student's own tree (`build/labs/bin/ddplab grade lab09`): their labs/ file is the edited one,
 // so it is checked against the kit's solution, whose text outside the regions is the skeleton's;
 // the same rejection as a submission's, naming the student's line and the kit's text.
 TEST(Regions, AStudentsOwnTreeIsHeldToTheSameRule) {
-  const fs::path dir = fs::temp_directory_path() / ("ddplab_rules_tree_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir / "kit/labs/lab09_x");
+  FakeKit kit("ddplab_rules_tree", "labs", {"09.1"});
+  const fs::path& dir = kit.dir;
   fs::create_directories(dir / "kit/solutions/lab09_x");
-  fs::create_directories(dir / "build/grader");
   const std::string solution =
       replaced(replaced(kSkeleton, "  throw ddplab::NotImplemented(\"09.1\", \"the answer\");\n", "  return 42;\n"),
                "  throw ddplab::NotImplemented(\"09.2\", \"the question\");\n", "  int q = 6;\n  return q * 9;\n");
   std::ofstream(dir / "kit/solutions/lab09_x/lab09_student.cpp") << solution;
-  std::ofstream(dir / "build/grader/targets.json")
-      << R"({"tree": "solutions", "ddplab": "/x", "ddp_train": "/x", "lab09_x/labs": {"program": "/x", "tests": "/x"}})";
-  const fs::path spec_path = dir / "grade.toml";
-  std::ofstream(spec_path) << "[lab]\ntitle = \"Lab 09\"\nfolder = \"lab09_x\"\nprogram = \"lab09_x\"\n"
-                              "manifest = [\"lab09_student.cpp\"]\nexercises = [\"09.1\"]\n\n"
-                              "[[check]]\nid = \"a\"\nkind = \"unit_tests\"\nname = \"a\"\nexercise = \"09.1\"\n"
-                              "filter = \"A.*\"\npoints = 5\n";
-  GradeOptions o;
-  o.source_dir = (dir / "kit").string();
-  o.build_dir = (dir / "build").string();
-  o.tree = "labs";
-  o.build = false;
-  o.data_dir = (dir / "data").string();
-  o.out_dir = (dir / "out").string();
-  o.sandbox = "none";
-  o.quiet = true;
+  kit.o.build = false;
   // A student's work inside the regions (one line more than the solution's) and g's signature
   // changed: named at the student's line, with the kit's text it replaced.
   std::ofstream(dir / "kit/labs/lab09_x/lab09_student.cpp")
       << replaced(replaced(kSkeleton, "  throw ddplab::NotImplemented(\"09.1\", \"the answer\");\n",
                            "  int a = 40;\n  return a + 2;\n"),
                   "int g() {", "int g(void) {");
-  const LabResult r = grade_lab(load_spec(spec_path.string()), o);
+  const LabResult r = kit.grade();
   const std::string want =
       "lab09_student.cpp:11: edited outside the STUDENT CODE regions: `int g(void) {` where the kit has `int g() {`";
   EXPECT_EQ(r.rule_errors, std::vector<std::string>{want});
@@ -215,11 +215,10 @@ TEST(Regions, AStudentsOwnTreeIsHeldToTheSameRule) {
   std::ofstream(dir / "kit/labs/lab09_x/lab09_student.cpp")
       << replaced(kSkeleton, "  throw ddplab::NotImplemented(\"09.1\", \"the answer\");\n", "  return 7;\n");
   try {
-    EXPECT_TRUE(grade_lab(load_spec(spec_path.string()), o).rule_errors.empty());
+    EXPECT_TRUE(kit.grade().rule_errors.empty());
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("meta.json"), std::string::npos) << e.what();
   }
-  fs::remove_all(dir);
 }
 
 // The kit's own labs: every solution file agrees with its skeleton outside the regions under the

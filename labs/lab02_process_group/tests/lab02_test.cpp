@@ -237,22 +237,30 @@ TEST(Lab02Comm, BroadcastMakesDeepFMDigestsEqual) {
   });
 }
 
+/// Rank r's gradient is (r + 1) * (index + 1) for `a` and `b`, none for `frozen`; after
+/// average_gradients both must hold the average (N + 1) / 2 * (index + 1) and `frozen` none.
+/// `order` says where the gradient-less parameter sits, for the failure messages.
+template <typename Module>
+void expect_averaged(Module& m, ProcessGroup& pg, int world, const char* order) {
+  const double r1 = pg.rank() + 1;
+  m->a.mutable_grad() = (torch::arange(7) + 1) * r1;
+  m->b.mutable_grad() = (torch::arange(15).reshape({3, 5}) + 1) * r1;
+  lab02::average_gradients(pg, *m);
+  const double mean = (world + 1) / 2.0;
+  EXPECT_TRUE(torch::allclose(m->a.grad(), (torch::arange(7) + 1) * mean, 0, 1e-6))
+      << "rank " << pg.rank() << " (" << order << ") got " << m->a.grad() << " expected the average " << mean
+      << " x (i+1)";
+  EXPECT_TRUE(torch::allclose(m->b.grad(), (torch::arange(15).reshape({3, 5}) + 1) * mean, 0, 1e-6))
+      << "rank " << pg.rank() << " (" << order << "): the last parameter was not averaged";
+  EXPECT_FALSE(m->frozen.grad().defined()) << "a parameter without a gradient is left alone";
+  EXPECT_FALSE(m->a.grad().requires_grad());
+}
+
 TEST(Lab02Comm, GradientsAreAveragedNotSummed) {
   for_worlds([](int world) {
     run_ranks(world, [world](ProcessGroup& pg) {
       Tiny m;
-      // Rank r's gradient is (r + 1) * (index + 1): the average is (N + 1) / 2 * (index + 1).
-      const double r1 = pg.rank() + 1;
-      m->a.mutable_grad() = (torch::arange(7) + 1) * r1;
-      m->b.mutable_grad() = (torch::arange(15).reshape({3, 5}) + 1) * r1;
-      lab02::average_gradients(pg, *m);
-      const double mean = (world + 1) / 2.0;
-      EXPECT_TRUE(torch::allclose(m->a.grad(), (torch::arange(7) + 1) * mean, 0, 1e-6))
-          << "rank " << pg.rank() << " got " << m->a.grad() << " expected the average " << mean << " x (i+1)";
-      EXPECT_TRUE(torch::allclose(m->b.grad(), (torch::arange(15).reshape({3, 5}) + 1) * mean, 0, 1e-6))
-          << "rank " << pg.rank();
-      EXPECT_FALSE(m->frozen.grad().defined()) << "a parameter without a gradient is left alone";
-      EXPECT_FALSE(m->a.grad().requires_grad());
+      expect_averaged(m, pg, world, "the gradient-less parameter last");
     });
   });
 }
@@ -273,17 +281,7 @@ TEST(Lab02Comm, AParameterWithoutAGradientIsSkippedNotTheEnd) {
   for_worlds([](int world) {
     run_ranks(world, [world](ProcessGroup& pg) {
       FrozenFirst m;
-      const double r1 = pg.rank() + 1;
-      m->a.mutable_grad() = (torch::arange(7) + 1) * r1;
-      m->b.mutable_grad() = (torch::arange(15).reshape({3, 5}) + 1) * r1;
-      lab02::average_gradients(pg, *m);
-      const double mean = (world + 1) / 2.0;
-      EXPECT_FALSE(m->frozen.grad().defined()) << "a parameter without a gradient is left alone";
-      EXPECT_TRUE(torch::allclose(m->a.grad(), (torch::arange(7) + 1) * mean, 0, 1e-6))
-          << "rank " << pg.rank() << ": the parameter after the one without a gradient was not averaged: got "
-          << m->a.grad() << ", expected " << mean << " x (i+1)";
-      EXPECT_TRUE(torch::allclose(m->b.grad(), (torch::arange(15).reshape({3, 5}) + 1) * mean, 0, 1e-6))
-          << "rank " << pg.rank() << ": the last parameter was not averaged";
+      expect_averaged(m, pg, world, "the gradient-less parameter first: the ones after it must be averaged too");
     });
   });
 }
