@@ -1,9 +1,12 @@
 // Tests of the grader's parts that need no lab run: spec parsing and validation, the selection
 // of checks, submission intake (folders and zips), and the result writers' formats.
+#include <fnmatch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -345,6 +348,38 @@ TEST_F(Scratch, AnOverlayIsValidatedWithTheSpecAndNamesItsOwnFileAndLine) {
   const std::string no_data = head + "[[run]]\nname = \"h\"\ndata = \"/nonexistent/set\"\n";
   EXPECT_NE(error_with(no_data).find("o.toml:4: run 'h': data /nonexistent/set: no data set there"), std::string::npos)
       << error_with(no_data);
+}
+
+// A test_diagnoses pattern that matches no test of the lab is a typo the grader would never
+// notice (the test would just get the check's own diagnosis): each must match a TEST in tests/.
+TEST(Kit, EveryTestDiagnosisNamesATestOfItsLab) {
+  size_t patterns = 0;
+  for (const auto& spec : load_all_specs(DDPLAB_TEST_SOURCE_ROOT)) {
+    std::vector<std::string> tests;
+    const fs::path dir = fs::path(spec.path).parent_path() / "tests";
+    if (fs::is_directory(dir)) {
+      const std::regex test_re(R"(\bTEST(?:_F|_P)?\(\s*(\w+)\s*,\s*(\w+)\s*\))");
+      for (const auto& e : fs::directory_iterator(dir)) {
+        const std::string text = read_file(e.path());
+        for (auto it = std::sregex_iterator(text.begin(), text.end(), test_re); it != std::sregex_iterator(); ++it) {
+          tests.push_back((*it)[1].str() + "." + (*it)[2].str());
+        }
+      }
+    }
+    for (const auto& c : spec.checks) {
+      if (c.kind != "unit_tests") continue;
+      for (const auto& entry : c.texts("test_diagnoses")) {
+        ++patterns;
+        const std::string pattern = entry.substr(0, entry.find('='));
+        const bool found = std::any_of(tests.begin(), tests.end(), [&](const std::string& t) {
+          return fnmatch(pattern.c_str(), t.c_str(), 0) == 0;
+        });
+        EXPECT_TRUE(found) << spec.path << ": check " << c.id << ": test_diagnoses pattern " << pattern
+                           << " matches no TEST in " << dir.string();
+      }
+    }
+  }
+  EXPECT_GE(patterns, 8u);  // labs 01, 02 and 03 use them
 }
 
 TEST(Kit, EveryPlantedBugNamesAFileAndACheckOfItsLab) {
