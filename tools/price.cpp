@@ -71,11 +71,8 @@ int run_price(const PriceOptions& o) {
       const std::string where = fmt::format("{}: epochs.{}.", r.at("_path").get<std::string>(), e);
       sets.push_back(parse_hex64(ep.at("set_digest").get<std::string>(), where + "set_digest"));
       samples.push_back(ep.at("samples").get<uint64_t>());
-      if (ep.contains("seen") && ep["seen"].is_string()) {
-        seen.push_back(decode_seen(ep["seen"].get<std::string>(), where + "seen"));
-      }
+      append_seen(ep, where + "seen", seen);
     }
-    if (seen.size() != reps.size()) seen.clear();  // exact only with every rank's bitmap
     const auto u = epoch_unique_samples(sets, samples, n, seen);
     unique += u.unique;
     exact = exact && u.exact;

@@ -102,6 +102,11 @@ uint64_t SampleLedger::range_set_digest(uint64_t first, uint64_t n) {
   return s;
 }
 
+void append_seen(const nlohmann::json& epoch, const std::string& what, std::vector<std::vector<uint64_t>>& out) {
+  const auto it = epoch.find("seen");
+  if (it != epoch.end() && it->is_string()) out.push_back(decode_seen(it->get<std::string>(), what));
+}
+
 EpochUnique epoch_unique_samples(const std::vector<uint64_t>& set_digests, const std::vector<uint64_t>& samples,
                                  uint64_t n, const std::vector<std::vector<uint64_t>>& seen) {
   EpochUnique u;

@@ -554,6 +554,18 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     result.seconds = seconds_since(start);
   };
 
+  // Every check fails with the first edit outside the regions (result.rule_errors), before a build;
+  // `restore` says whose text to put back: the skeleton's (a submission) or the kit's (a student's
+  // own tree, compared with the solution).
+  auto reject_edits = [&](const std::string& restore) {
+    for (const auto& e : result.rule_errors) say(e);
+    fail_all(result.rule_errors.front(),
+             fmt::format("only the code between `// BEGIN STUDENT CODE` and `// END STUDENT CODE` may change{} text "
+                         "outside the regions (git diff labs/ shows your edits); nothing was built or run",
+                         restore),
+             fmt::format("{}", fmt::join(result.rule_errors, "\n")));
+  };
+
   // Decided first, so that --sandbox bwrap on a machine without it stops before any build.
   std::vector<std::string> data_dirs = {o.data_dir};  // read-only in the sandbox, with any run's own
   for (const auto& run : spec.runs) {
@@ -604,11 +616,7 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     result.rule_errors = submission_region_edits(spec, (fs::path(o.source_dir) / "labs" / spec.folder).string(),
                                                  (slot / spec.folder).string());
     if (!result.rule_errors.empty()) {
-      for (const auto& e : result.rule_errors) say(e);
-      fail_all(result.rule_errors.front(),
-               "only the code between `// BEGIN STUDENT CODE` and `// END STUDENT CODE` may change: restore the "
-               "skeleton's text outside the regions (git diff labs/ shows your edits); nothing was built or run",
-               fmt::format("{}", fmt::join(result.rule_errors, "\n")));
+      reject_edits(": restore the skeleton's");
       return result;
     }
     read_graded(slot / spec.folder);
@@ -644,12 +652,7 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
                         reference.string()));
       }
       if (!result.rule_errors.empty()) {
-        for (const auto& e : result.rule_errors) say(e);
-        fail_all(result.rule_errors.front(),
-                 "only the code between `// BEGIN STUDENT CODE` and `// END STUDENT CODE` may change, as in a "
-                 "submission: restore the kit's text outside the regions (git diff labs/ shows your edits); nothing "
-                 "was built or run",
-                 fmt::format("{}", fmt::join(result.rule_errors, "\n")));
+        reject_edits(", as in a submission: restore the kit's");
         return result;
       }
     }

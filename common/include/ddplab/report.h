@@ -51,6 +51,10 @@ class SampleLedger {
 /// back; decode_seen throws ddplab::Error naming `what` for anything that is not such a string.
 std::string encode_seen(const std::vector<uint64_t>& words);
 std::vector<uint64_t> decode_seen(const std::string& text, const std::string& what);
+/// Appends an epoch entry's `seen` bitmap (RunReport::add_epoch) to `out`, if the entry has one;
+/// a malformed one throws as decode_seen, naming `what`. epoch_unique_samples uses the bitmaps only
+/// when every rank's is there.
+void append_seen(const nlohmann::json& epoch, const std::string& what, std::vector<std::vector<uint64_t>>& out);
 
 /// Distinct samples of one epoch of a job, from its ranks' set digests and sample counts for that
 /// epoch (SampleLedger) over a training set of n samples. With every rank's `seen` bitmap (one

@@ -350,13 +350,8 @@ std::vector<EpochView> epochs_of(const std::vector<json>& reps) {
           parse_hex64(field<std::string>(reps[k], base + "order_digest", rank), base + "order_digest"));
       out[e].samples.push_back(field<uint64_t>(reps[k], base + "samples", rank));
       out[e].steps.push_back(field<uint64_t>(reps[k], base + "steps", rank));
-      const json& ep = reps[k]["epochs"][e];
-      if (ep.contains("seen") && ep["seen"].is_string() && out[e].seen.size() == k) {
-        out[e].seen.push_back(
-            decode_seen(ep["seen"].get<std::string>(), fmt::format("rank {}'s report: {}seen", rank, base)));
-      }
+      append_seen(reps[k]["epochs"][e], fmt::format("rank {}'s report: {}seen", rank, base), out[e].seen);
     }
-    if (out[e].seen.size() != reps.size()) out[e].seen.clear();
   }
   return out;
 }

@@ -113,8 +113,8 @@ std::pair<double, std::string> reference_figure(const CheckSpec& c, const GradeC
 /// digest, the samples and the steps.
 struct EpochView {
   std::vector<uint64_t> set, order, samples, steps;
-  /// Per rank, the bitmap of the sample indices it saw (SampleLedger::seen); empty unless every
-  /// rank's report carries one.
+  /// The bitmaps of the sample indices the ranks saw (SampleLedger::seen), of the ranks whose
+  /// report carries one; epoch_unique_samples counts with them only when every rank's does.
   std::vector<std::vector<uint64_t>> seen;
 };
 /// The epochs every rank completed.
