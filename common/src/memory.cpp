@@ -6,8 +6,8 @@
 
 #include <atomic>
 #include <fstream>
-
 #include <mutex>
+#include <unordered_map>
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -81,27 +81,50 @@ Counts& counts() {
   return *c;
 }
 
+// The DataPtr it hands out has the memory itself as its context, as c10's raw_allocate (ideep's
+// bfloat16 kernels allocate through it) requires; the base allocator's DataPtr and the size live
+// in a table keyed by that address until the memory is freed.
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
   c10::DataPtr allocate(size_t n) const override {
     c10::DataPtr inner = base_->allocate(n);
     void* data = inner.get();
-    auto* ctx = new Held{std::move(inner), static_cast<int64_t>(n)};
-    counts().add(ctx->bytes);
-    return {data, ctx, &CountingAllocator::release, c10::Device(c10::DeviceType::CPU)};
+    if (data == nullptr) return inner;  // zero bytes: nothing to count, nothing to free
+    counts().add(static_cast<int64_t>(n));
+    {
+      std::lock_guard<std::mutex> lock(held_mutex());
+      held().emplace(data, Held{std::move(inner), static_cast<int64_t>(n)});
+    }
+    return {data, data, &CountingAllocator::release, c10::Device(c10::DeviceType::CPU)};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &CountingAllocator::release; }
 
  private:
   struct Held {
     c10::DataPtr inner;  // frees the memory through the base allocator's deleter
-    int64_t bytes;
+    int64_t bytes = 0;
   };
-  static void release(void* ctx) {
-    auto* h = static_cast<Held*>(ctx);
-    counts().add(-h->bytes);
-    delete h;
+  // Never destroyed, like counts(): frees may come during static destruction.
+  static std::unordered_map<void*, Held>& held() {
+    static auto* h = new std::unordered_map<void*, Held>();
+    return *h;
   }
+  static std::mutex& held_mutex() {
+    static auto* m = new std::mutex();
+    return *m;
+  }
+  static void release(void* data) {
+    Held h;
+    {
+      std::lock_guard<std::mutex> lock(held_mutex());
+      auto it = held().find(data);
+      TORCH_INTERNAL_ASSERT(it != held().end(), "ddplab's counting allocator: free of memory it did not allocate");
+      h = std::move(it->second);
+      held().erase(it);
+    }
+    counts().add(-h.bytes);
+  }  // h.inner frees the memory here, outside the lock
   c10::Allocator* base_;
 };
 

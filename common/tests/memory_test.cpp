@@ -1,6 +1,7 @@
 // The tensor-memory tracker (the measured "device memory" of lab 07 on CPU).
 #include <thread>
 
+#include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -55,6 +56,24 @@ TEST(MemoryTracker, CountsWhatOtherThreadsMakeAndFree) {
   std::thread([moved = std::move(here)]() mutable { moved = torch::Tensor(); }).join();
   EXPECT_EQ(t.live_bytes(), (1 << 16) * 4) << "made here, freed on another thread";
   elsewhere = torch::Tensor();
+  EXPECT_EQ(t.live_bytes(), 0);
+}
+
+TEST(MemoryTracker, LetsKernelsAllocateRawMemoryThroughIt) {
+  // c10's raw_allocate (ideep's bfloat16 matrix products allocate their scratch through it) needs
+  // the allocator's DataPtr to have the memory as its context: lab 07's autocast run aborted on an
+  // INTERNAL ASSERT in c10/core/Allocator.h while the tracker was in front of the CPU allocator.
+  Tracker t;
+  c10::Allocator* cpu = c10::GetCPUAllocator();
+  void* raw = cpu->raw_allocate(4096);
+  ASSERT_NE(raw, nullptr);
+  EXPECT_EQ(t.live_bytes(), 4096);
+  cpu->raw_deallocate(raw);
+  EXPECT_EQ(t.live_bytes(), 0);
+  torch::Tensor a = torch::randn({64, 64}).to(torch::kBFloat16), b = torch::randn({64, 64}).to(torch::kBFloat16);
+  torch::Tensor c = torch::matmul(a, b);  // through oneDNN where this LibTorch has it
+  EXPECT_EQ(c.scalar_type(), torch::kBFloat16);
+  c = a = b = torch::Tensor();
   EXPECT_EQ(t.live_bytes(), 0);
 }
 

@@ -5,11 +5,13 @@
 # the mean training loss of the epoch's last tenth, epoch time, gradient syncs, bytes per sample).
 #   docs/walkthroughs/lab06_sweep.sh [build/solutions/bin] [data/ctr-small] [out folder]
 # Takes about 20 minutes on the 2-core reference machine.
+# Knobs (environment): KS (accumulation steps, "1 4 16 64"), RECIPES (a subset of the five).
 set -euo pipefail
 BIN=${1:-build/solutions/bin}
 DATA=${2:-data/ctr-small}
 OUT=${3:-runs/lab06_sweep}
 mkdir -p "$OUT"
+failed=()  # runs that exited non-zero: the table shows them, and the script fails
 # recipe name -> flags; the warm-up is a tenth of the epoch's optimizer steps (at least one).
 recipes=(none linear linear_warmup sqrt linear_emb_none)
 flags_of() {
@@ -28,7 +30,7 @@ for k in ${KS:-1 4 16 64}; do
     name=k${k}_$r
     # shellcheck disable=SC2046
     "$BIN/ddplab" launch -n 2 -- "$BIN/lab06_large_batch" --data "$DATA" --batch 512 --accumulate "$k" \
-      $(flags_of "$r" "$warm") --log-every 0 --report "$OUT/$name.rank{rank}.json" > "$OUT/$name.log" 2>&1 || true
+      $(flags_of "$r" "$warm") --log-every 0 --report "$OUT/$name.rank{rank}.json" > "$OUT/$name.log" 2>&1 || failed+=("$name")
     echo "$name done" >&2
   done
 done
@@ -54,3 +56,7 @@ fmt = lambda v, f: ("n/a" if v is None else format(v, f))
 for g, n, d, e, w, auc, loss, ep, s, b in sorted(rows, key=lambda x: (x[0], x[1])):
     print(f"| {g} | {n.split('_', 1)[1]} | {fmt(d, '.4g')} | {fmt(e, '.4g')} | {w} | {fmt(auc, '.4f')} | {fmt(loss, '.4f')} | {fmt(ep, '.1f')} | {fmt(s, '.0f')} | {fmt(b, '.0f')} |")
 EOF
+if ((${#failed[@]})); then
+  echo "${#failed[@]} run(s) failed: ${failed[*]} (their logs: $OUT/<name>.log)" >&2
+  exit 1
+fi

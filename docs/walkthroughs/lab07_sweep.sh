@@ -9,18 +9,21 @@
 # the job: the split's two stages train on the same batch).
 #   docs/walkthroughs/lab07_sweep.sh [build/solutions/bin] [data/ctr-small] [out folder]
 # Takes about 6 minutes on the 2-core reference machine.
+# Knobs (environment): TRAIN_SAMPLES (131072), EVAL (test samples, 20000), PARTS, DIMS ("16 64 256").
 set -euo pipefail
 BIN=${1:-build/solutions/bin}
 DATA=${2:-data/ctr-small}
 OUT=${3:-runs/lab07_sweep}
 N=${TRAIN_SAMPLES:-131072}
 PARTS=${PARTS:-speed memory}  # PARTS=memory runs the second experiment only
+DIMS=${DIMS:-16 64 256}       # the embedding widths of the second
 mkdir -p "$OUT"
+failed=()  # runs that exited non-zero: the table shows them, and the script fails
 run() {  # run <name> <ranks> <flags...>; EVAL: test samples evaluated
   local name=$1 ranks=$2
   shift 2
   "$BIN/ddplab" launch -n "$ranks" -- "$BIN/lab07_model_parallel" --data "$DATA" --eval-samples "${EVAL:-20000}" \
-    --log-every 0 "$@" --report "$OUT/$name.rank{rank}.json" > "$OUT/$name.log" 2>&1 || true
+    --log-every 0 "$@" --report "$OUT/$name.rank{rank}.json" > "$OUT/$name.log" 2>&1 || failed+=("$name")
   echo "$name done" >&2
 }
 if [[ " $PARTS " == *" speed "* ]]; then
@@ -32,7 +35,7 @@ if [[ " $PARTS " == *" speed "* ]]; then
   run recompute_1 1 --recompute --batch 512 --train-samples "$N"
 fi
 if [[ " $PARTS " == *" memory "* ]]; then
-  for d in 16 64 256; do
+  for d in $DIMS; do
     EVAL=1000 run mem_dp_d$d 2 --embedding-dim "$d" --batch 512 --train-samples 8192 --max-steps 5
     EVAL=1000 run mem_dprec_d$d 2 --embedding-dim "$d" --recompute --batch 512 --train-samples 8192 --max-steps 5
     EVAL=1000 run mem_dpbf16_d$d 2 --embedding-dim "$d" --autocast --recompute --batch 512 --train-samples 8192 \
@@ -40,7 +43,8 @@ if [[ " $PARTS " == *" memory "* ]]; then
     EVAL=1000 run mem_sharded_d$d 2 --mode sharded --embedding-dim "$d" --batch 512 --train-samples 8192 --max-steps 5
   done
 fi
-python3 - "$OUT" <<'EOF'
+# shellcheck disable=SC2086
+python3 - "$OUT" $DIMS <<'EOF'
 import json, os, sys
 out = sys.argv[1]
 def reports(name):
@@ -75,7 +79,7 @@ for name in ["dp_1", "dp_2", "split_2", "pipeline_m2", "pipeline_m4", "pipeline_
 print()
 print("| D | run | peak tensor MiB per rank (rank 0, rank 1) | parameters MiB (rank 0) | optimizer state MiB | activations held MiB | step ms (median) |")
 print("|---|---|---|---|---|---|---|")
-for d in (16, 64, 256):
+for d in map(int, sys.argv[2:]):
     for kind, label in (("dp", "data parallel"), ("dprec", "data parallel + recompute"),
                         ("dpbf16", "data parallel + bf16 autocast + recompute"), ("sharded", "table-wise sharded")):
         r = reports(f"mem_{kind}_d{d}")
@@ -85,3 +89,7 @@ for d in (16, 64, 256):
         print(f"| {d} | {label} | {', '.join(mib(p) for p in m['peak_bytes'])} | {mib(m['parameter_bytes'])} | "
               f"{mib(m['optimizer_state_bytes'])} | {mib(m['activations_bytes'][0])} | {r[0]['model_parallel']['step_ms_median'][0]:.0f} |")
 EOF
+if ((${#failed[@]})); then
+  echo "${#failed[@]} run(s) failed: ${failed[*]} (their logs: $OUT/<name>.log)" >&2
+  exit 1
+fi

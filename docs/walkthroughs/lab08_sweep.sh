@@ -7,19 +7,21 @@
 # Prints a markdown table from the runs' reports.
 #   docs/walkthroughs/lab08_sweep.sh [build/solutions/bin] [data/ctr-small] [out folder]
 # Takes about 6 minutes on the 2-core reference machine (STEPS=300).
+# Knobs (environment): STEPS (300).
 set -euo pipefail
 BIN=${1:-build/solutions/bin}
 DATA=${2:-data/ctr-small}
 OUT=${3:-runs/lab08_sweep}
 STEPS=${STEPS:-300}
 mkdir -p "$OUT"
+failed=()  # runs that exited non-zero: the table shows them, and the script fails
 TEXT="$OUT/train.tsv"
 [[ -f "$TEXT" ]] || "$BIN/ddplab" data export tsv "$DATA" --out "$TEXT"
 run() {  # run <name> <ranks> <flags...>
   local name=$1 ranks=$2
   shift 2
   "$BIN/ddplab" launch -n "$ranks" -- "$BIN/lab08_input_pipeline" --data "$DATA" --eval-samples 1000 \
-    --log-every 0 --batch 512 --max-steps "$STEPS" "$@" --report "$OUT/$name.rank{rank}.json" > "$OUT/$name.log" 2>&1 || true
+    --log-every 0 --batch 512 --max-steps "$STEPS" "$@" --report "$OUT/$name.rank{rank}.json" > "$OUT/$name.log" 2>&1 || failed+=("$name")
   echo "$name done" >&2
 }
 for r in 1 2; do
@@ -68,3 +70,7 @@ for name, what, ranks, threads in rows:
     read = f'{inp["bytes_read_before_training"] / 1e6:.1f} MB of {inp["file_bytes"] / 1e6:.1f}' if "file_bytes" in inp else "—"
     print(f"| {what} | {ranks} | {threads} | {rate:,.0f} | {med:.1f} | {wait:.2f} | {busy:.3f} | {read} |")
 PY
+if ((${#failed[@]})); then
+  echo "${#failed[@]} run(s) failed: ${failed[*]} (their logs: $OUT/<name>.log)" >&2
+  exit 1
+fi

@@ -6,13 +6,15 @@ with the reason: <!-- doctest: skip (needs a CUDA GPU) -->. Nothing is skipped s
 lists every skipped block with its reason.
 
 How the clone is stood in for (printed at the start of the run):
-  labs/ tools/ solutions/ docs/ ...   the kit's own folders (links)
+  tools/ solutions/ ...               the kit's own folders (links)
   build/solutions                     the CI's build (both trees); its programs through wrappers
                                       that cap sample counts (--train-samples, --eval-samples,
                                       --train, --test) at the stand-in data set's 20,000
   build/labs/bin                      the skeletons' programs and tests, and a `ddplab` that grades
                                       the skeletons' tree (--tree labs) as a student's would
   data/ctr-small                      a generated set of 20,000 training and 20,000 test samples
+  docs/ labs/                         copies (a block may write into them: the plots of lab 06)
+  sweep scripts                       smaller, by their own knobs: KS, RECIPES, TRAIN_SAMPLES, EVAL, STEPS, DIMS
   ./kit                               `./kit build ...` is done already (the CI built both trees);
                                       `./kit main` and `./kit test` are the CI itself: not rerun
 Each block runs as one bash script; every command in it must end with exit status 0, or 3 (a lab
@@ -54,6 +56,13 @@ def blocks(path):
         i += 1
     return out
 
+
+# Folders copied into the stand-in clone rather than linked: a block may write into them.
+COPIED = ("docs", "labs")
+# The walkthroughs' sweep scripts run every configuration, each on fewer samples or steps, through
+# their own documented knobs (the full sweeps take 5-20 minutes on 2 cores: docs/walkthroughs/*.sh).
+SWEEP_KNOBS = {"KS": "1 16", "RECIPES": "none linear_warmup", "TRAIN_SAMPLES": "4096", "EVAL": "2000", "STEPS": "30",
+               "DIMS": "16 64"}
 
 CAP_ARGS = r"""
 # The stand-in data set holds 20,000 training and 20,000 test samples: larger counts are capped.
@@ -135,7 +144,10 @@ def stand_in(kit, build, scratch):
     for name in os.listdir(kit):
         if name in ("build", "data", "runs", "kit") or name.startswith("."):
             continue
-        os.symlink(os.path.join(kit, name), os.path.join(scratch, name))
+        if name in COPIED:  # blocks write here (plots into docs/walkthroughs/img): not the kit's own files
+            shutil.copytree(os.path.join(kit, name), os.path.join(scratch, name), symlinks=True)
+        else:
+            os.symlink(os.path.join(kit, name), os.path.join(scratch, name))
     sol = os.path.join(scratch, "build", "solutions")
     mirror(build, sol, ("bin", "labs"))
     wrap_bin(os.path.join(build, "bin"), os.path.join(sol, "bin"), False)
@@ -186,6 +198,7 @@ def main():
                         files.append(p)
     stand_in(kit, build, scratch)
     print(__doc__.split("\n\n")[1])
+    print("sweep knobs: " + " ".join(f"{k}='{v}'" for k, v in SWEEP_KNOBS.items()))
     ran = failed = 0
     skipped = []
     for f in files:
@@ -198,7 +211,7 @@ def main():
             start = time.time()
             # Open MPI refuses root unless told: the CI runs as root, a student does not.
             env = dict(os.environ, DDPLAB_DATA=os.path.join(scratch, "data", "ctr-small"), OMPI_ALLOW_RUN_AS_ROOT="1",
-                       OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+                       OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **SWEEP_KNOBS)
             p = subprocess.run(["bash", "-c", body], cwd=scratch, capture_output=True, text=True, timeout=900,
                                stdin=subprocess.DEVNULL, env=env)
             ran += 1
