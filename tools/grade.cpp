@@ -27,7 +27,7 @@ struct GradeCli {
   std::string submission, batch, tree, out = "grade-results", data, kit, build, calibration, sandbox = "auto";
   std::vector<std::string> checks, overlays;
   double run_timeout = 0, test_timeout = 0;
-  bool no_build = false, calibrate = false, no_color = false, quiet = false;
+  bool no_build = false, calibrate = false, check_calibration = false, no_color = false, quiet = false;
 };
 
 void print(const std::string& s) { fmt::print("{}", s); }
@@ -82,6 +82,12 @@ int run_grade(const GradeCli& o) {
     grader::calibrate(specs, go, go.calibration, print);
     return 0;
   }
+  if (o.check_calibration) {
+    const auto gaps = grader::calibration_gaps(specs, go.calibration, grader::calibration_key(go.data_dir));
+    for (const auto& g : gaps) fmt::print("calibration stale: {}\n", g);
+    if (gaps.empty()) fmt::print("calibration current: {} (this machine and data set)\n", go.calibration);
+    return gaps.empty() ? 0 : 1;
+  }
   if (!o.batch.empty()) {
     grader::grade_batch(specs, go, o.batch, print);
     return 0;
@@ -125,6 +131,9 @@ void setup_grade(CLI::App& app) {
   sub->add_option("--run-timeout", o->run_timeout, "Override the specs' run timeout (seconds)");
   sub->add_option("--test-timeout", o->test_timeout, "Override the specs' unit-test timeout (seconds)");
   sub->add_flag("--calibrate", o->calibrate, "Measure the reference solutions on this machine and store their figures");
+  sub->add_flag("--check-calibration", o->check_calibration,
+                "Exit 0 if the calibration holds this machine's and data set's figures for the labs named, else "
+                "say what is missing and exit 1 (./kit main then calibrates)");
   sub->add_flag("--no-build", o->no_build, "Grade the binaries as they are");
   sub->add_option("--sandbox", o->sandbox,
                   "How student programs run: auto (bubblewrap if it works here, else unconfined with a warning), "

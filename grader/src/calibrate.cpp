@@ -3,6 +3,7 @@
 // those checks are graded (and only the runs they read made): the others' figures are never read.
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -29,6 +30,29 @@ std::vector<std::string> calibrated_checks(const LabSpec& spec) {
     }
   }
   return ids;
+}
+
+std::vector<std::string> calibration_gaps(const std::vector<LabSpec>& specs, const std::string& path,
+                                          const std::string& key) {
+  if (!fs::exists(path)) return {fmt::format("{} does not exist", path)};
+  const Calibration cal = load_calibration(path, key);
+  if (cal.values.empty()) {
+    std::string was = "?";
+    try {
+      std::ifstream in(path);
+      was = nlohmann::json::parse(in).value("machine", "?");
+    } catch (const std::exception&) {  // load_calibration has parsed it already: cannot happen
+    }
+    if (was != key)
+      return {fmt::format("{} was measured on another machine or data set ({}; here: {})", path, was, key)};
+  }
+  std::vector<std::string> gaps;
+  for (const auto& s : specs) {
+    for (const auto& id : calibrated_checks(s)) {
+      if (!cal.get(s.id, id)) gaps.push_back(fmt::format("{} holds no figure for {}/{}", path, s.id, id));
+    }
+  }
+  return gaps;
 }
 
 Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, const std::string& path,

@@ -224,4 +224,41 @@ TEST_F(Batch, CalibrationIsKeyedByProcessorCoresAndDataContentNotHostOrPath) {
   EXPECT_NE(key, calibration_key((dir_ / "b").string())) << "another data set";
 }
 
+TEST_F(Batch, ACalibrationIsStaleWhenAbsentAnotherMachinesOrMissingAFigure) {
+  // ./kit main calibrates again on any of these (a build folder copied from another machine used
+  // to grade silently against the spec's reference values).
+  write_meta("data", small_meta());
+  const std::string key = calibration_key((dir_ / "data").string());
+  const std::string path = (dir_ / "calibration.json").string();
+  LabSpec lab01 = lab("lab01_baseline", 10);
+  lab01.checks[0].id = "test_auc";
+  lab01.checks[0].kind = "auc";
+  LabSpec exact = lab("lab02_process_group", 10);
+  exact.checks[0].kind = "consistency";  // nothing to calibrate
+  auto gaps = calibration_gaps({lab01, exact}, path, key);
+  ASSERT_EQ(gaps.size(), 1u);
+  EXPECT_EQ(gaps[0], path + " does not exist");
+
+  Calibration other;
+  other.machine = "AMD EPYC 7B13 x 64 cores | data 10 train, 5 test, seed 1, meta.json 0";
+  other.values["lab01_baseline/test_auc"] = 0.75;
+  save_calibration(path, other);
+  gaps = calibration_gaps({lab01, exact}, path, key);
+  ASSERT_EQ(gaps.size(), 1u);
+  EXPECT_NE(gaps[0].find("was measured on another machine or data set (AMD EPYC 7B13 x 64 cores"), std::string::npos)
+      << gaps[0];
+
+  Calibration here;
+  here.machine = key;
+  here.values["lab03_sampler/scaling_one_to_two"] = 0.5;
+  save_calibration(path, here);
+  gaps = calibration_gaps({lab01, exact}, path, key);
+  ASSERT_EQ(gaps.size(), 1u);
+  EXPECT_EQ(gaps[0], path + " holds no figure for lab01_baseline/test_auc");
+
+  here.values["lab01_baseline/test_auc"] = 0.75;
+  save_calibration(path, here);
+  EXPECT_TRUE(calibration_gaps({lab01, exact}, path, key).empty());
+}
+
 }  // namespace

@@ -56,6 +56,11 @@ void record_figures(Calibration& calibration, const LabResult& result);
 /// The ids of the checks of `spec` that judge relative to the reference (their kind has a
 /// `reference` parameter: auc, scaling, data_wait): what calibration measures.
 std::vector<std::string> calibrated_checks(const LabSpec& spec);
+/// What the calibration file at `path` lacks for grading `specs` on this machine and data set
+/// (`key`, calibration_key()): one line per missing "<lab>/<check>", or one line saying the file is
+/// absent or was measured on another machine or data set. Empty: it is current.
+std::vector<std::string> calibration_gaps(const std::vector<LabSpec>& specs, const std::string& path,
+                                          const std::string& key);
 
 /// Grades the reference solutions (tree "solutions", results under options.out_dir/calibration)
 /// on their calibrated checks only (only the runs those read are made; a lab without one is
