@@ -4,7 +4,8 @@
 // Run it under any launcher: ddplab launch -n 2 -- ddp_train --data data/ctr-small --sync overlap
 // Its optimizer is the kit's one-pass Adam (torch::optim::Adam's algorithm, --adam torch for that
 // one), with row-sparse embedding gradients where nothing needs them dense: alone (one rank has
-// nothing to average, so no sync runs) and under the sparse rung. Issue 18 measured these.
+// nothing to average, so no sync runs) and under the sparse rung; the training split held in memory
+// (--data-mapped reads it through the file mapping, as the labs do). Issue 18 measured these.
 #include <memory>
 
 #include "ddplab/dist/grad_sync.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   using namespace ddplab;
   std::string sync_name = "bucketed";
   std::string adam = "fused";
+  bool in_memory = true;
   LabProgram program;
   program.name = "ddp_train";
   program.description = "Reference data-parallel DeepFM trainer (sharded global batches, averaged gradients)";
@@ -23,9 +25,13 @@ int main(int argc, char** argv) {
     f.option("--sync", sync_name, "Gradient sync: per-param, bucketed, overlap or sparse");
     f.option("--adam", adam, "Adam implementation: fused (the kit's one pass) or torch (torch::optim::Adam)")
         ->check(CLI::IsMember({"fused", "torch"}));
+    f.flag("--data-in-memory,!--data-mapped", in_memory,
+           "Hold the training split in this process's memory (huge pages; up to 2 GB) instead of reading it "
+           "through the file mapping");
   };
   program.body = [&](LabRun& run) {
     const auto strategy = dist::parse_sync_strategy(sync_name);
+    if (in_memory) run.hold_training_data_in_memory();
     auto comm = run.join();
     const bool alone = comm->size() == 1;
     DeepFMOptions model_options;

@@ -133,6 +133,18 @@ int64_t LabRun::whole_global_batches() const {
   return steps;
 }
 
+bool LabRun::hold_training_data_in_memory(uint64_t max_bytes) {
+  const uint64_t bytes = train_->file_bytes();
+  if (bytes > max_bytes) {
+    log::info("training split kept mapped: {:.0f} MB is over the {:.0f} MB held in memory", bytes / 1e6,
+              max_bytes / 1e6);
+    return false;
+  }
+  train_ = std::make_unique<data::Dataset>(opts_.data, data::Split::kTrain, false, /*in_memory=*/true);
+  log::info("training split held in memory: {:.0f} MB", bytes / 1e6);
+  return true;
+}
+
 std::unique_ptr<data::BatchLoader> LabRun::global_batch_loader(int64_t epoch, int64_t steps) const {
   const auto order = data::shuffled_order(train_size_, opts_.seed, static_cast<uint64_t>(epoch));
   return std::make_unique<data::BatchLoader>(*train_,

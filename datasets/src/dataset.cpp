@@ -12,7 +12,7 @@ namespace ddplab::data {
 
 const char* split_name(Split s) { return s == Split::kTrain ? "train" : "test"; }
 
-Dataset::Dataset(const std::string& dir, Split split, bool verify_checksums)
+Dataset::Dataset(const std::string& dir, Split split, bool verify_checksums, bool in_memory)
     : dir_(dir), split_(split), meta_(read_metadata(dir)) {
   const bool train = split == Split::kTrain;
   const std::vector<std::string>& names = train ? meta_.train_shards : meta_.test_shards;
@@ -27,7 +27,7 @@ Dataset::Dataset(const std::string& dir, Split split, bool verify_checksums)
   starts_.reserve(names.size());
   for (const std::string& name : names) {
     const std::string path = (std::filesystem::path(dir) / name).string();
-    ShardReader shard(path, verify_checksums);
+    ShardReader shard(path, verify_checksums, in_memory);
     const ShardHeader& h = shard.header();
     if (h.seed != meta_.seed) {
       throw DataError(path, offsetof(ShardHeader, seed),
@@ -48,6 +48,12 @@ Dataset::Dataset(const std::string& dir, Split split, bool verify_checksums)
                                    " samples, but key \"" + split_name(split) + "_count\" says " +
                                    std::to_string(expected));
   }
+}
+
+uint64_t Dataset::file_bytes() const noexcept {
+  uint64_t n = 0;
+  for (const auto& s : shards_) n += sizeof(ShardHeader) + s.size() * sizeof(Sample);
+  return n;
 }
 
 const Sample& Dataset::operator[](uint64_t i) const {

@@ -228,7 +228,7 @@ void write_shard(const std::string& path, uint64_t seed, uint64_t first_index, c
   w.commit();
 }
 
-ShardReader::ShardReader(const std::string& path, bool verify_checksum) : path_(path) {
+ShardReader::ShardReader(const std::string& path, bool verify_checksum, bool in_memory) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -284,6 +284,25 @@ ShardReader::ShardReader(const std::string& path, bool verify_checksum) : path_(
       verify_records();
       this->verify_checksum();
     }
+    if (in_memory) {
+      // Whole 2 MiB pages, so that the kernel can back all of it with huge pages.
+      constexpr size_t kHuge = size_t{2} << 20;
+      const size_t size = (file_size + kHuge - 1) / kHuge * kHuge;
+      void* copy = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (copy == MAP_FAILED) {
+        const int err = errno;
+        throw DataError(path,
+                        "cannot allocate " + std::to_string(size) + " bytes to hold it in memory: " + errno_text(err));
+      }
+      ::madvise(copy, size, MADV_HUGEPAGE);  // advice: without it (or THP disabled) 4 KiB pages
+      std::memcpy(copy, map_, file_size);
+      ::munmap(map_, map_size_);
+      map_ = copy;
+      map_size_ = size;
+      in_memory_ = true;
+      header_ = static_cast<const ShardHeader*>(map_);
+      records_ = reinterpret_cast<const Sample*>(static_cast<const char*>(map_) + sizeof(ShardHeader));
+    }
   } catch (...) {
     ::munmap(map_, map_size_);
     map_ = nullptr;
@@ -300,7 +319,8 @@ ShardReader::ShardReader(ShardReader&& o) noexcept
       map_(std::exchange(o.map_, nullptr)),
       map_size_(std::exchange(o.map_size_, 0)),
       header_(std::exchange(o.header_, nullptr)),
-      records_(std::exchange(o.records_, nullptr)) {}
+      records_(std::exchange(o.records_, nullptr)),
+      in_memory_(std::exchange(o.in_memory_, false)) {}
 
 ShardReader& ShardReader::operator=(ShardReader&& o) noexcept {
   if (this != &o) {
@@ -310,6 +330,7 @@ ShardReader& ShardReader::operator=(ShardReader&& o) noexcept {
     map_size_ = std::exchange(o.map_size_, 0);
     header_ = std::exchange(o.header_, nullptr);
     records_ = std::exchange(o.records_, nullptr);
+    in_memory_ = std::exchange(o.in_memory_, false);
   }
   return *this;
 }

@@ -200,6 +200,30 @@ TEST(ShardTest, RejectsAFileShorterThanTheHeader) {
   expect_data_error([&] { ShardReader r(path); }, path, 0, "header");
 }
 
+TEST(ShardTest, InMemoryHoldsTheSameRecordsAndSurvivesMovesAndTheFile) {
+  // ddp_train holds its training split in memory (issue 18): the same bytes, owned by the reader,
+  // not by the file's mapping; validated the same way first.
+  TempDir dir;
+  const auto recs = make_records(1000);
+  const std::string path = dir.file("train-00000.bin");
+  write_shard(path, 42, 7000, recs.data(), recs.size());
+  ShardReader mem(path, /*verify_checksum=*/true, /*in_memory=*/true);
+  EXPECT_TRUE(mem.in_memory());
+  EXPECT_FALSE(ShardReader(path).in_memory());
+  EXPECT_EQ(mem.header().first_index, 7000u);
+  ASSERT_EQ(mem.size(), 1000u);
+  EXPECT_EQ(std::memcmp(mem.data(), recs.data(), recs.size() * kRecord), 0);
+  mem.verify_checksum();
+  fs::remove(path);  // the copy does not need the file any more
+  ShardReader moved = std::move(mem);
+  EXPECT_TRUE(moved.in_memory());
+  EXPECT_EQ(std::memcmp(moved.data(), recs.data(), recs.size() * kRecord), 0);
+  // A bad file fails before anything is copied, with the same error as when mapped.
+  write_shard(path, 1, 0, recs.data(), 20);
+  fs::resize_file(path, kHeader + 10 * kRecord + 50);
+  expect_data_error([&] { ShardReader r(path, false, true); }, path, kHeader + 10 * kRecord + 50, "truncated");
+}
+
 TEST(ShardTest, RejectsTruncatedFileAtWhereTheDataEnds) {
   TempDir dir;
   const std::string path = dir.file("trunc.bin");
@@ -422,6 +446,12 @@ TEST(DatasetTest, GenerateWritesShardsThatReadBackAsTheGeneratorsSamples) {
 
   const Generator g(1);
   const Dataset train(dir.path().string(), Split::kTrain, /*verify_checksums=*/true);
+  const Dataset held(dir.path().string(), Split::kTrain, false, /*in_memory=*/true);
+  ASSERT_EQ(held.size(), train.size());
+  EXPECT_EQ(held.file_bytes(), 3 * kHeader + 2500 * kRecord);
+  for (uint64_t i = 0; i < held.size(); i += 97) {
+    EXPECT_EQ(std::memcmp(&held[i], &train[i], kRecord), 0) << "sample " << i;
+  }
   const Dataset test(dir.path().string(), Split::kTest, true);
   ASSERT_EQ(train.size(), 2500u);
   ASSERT_EQ(test.size(), 700u);

@@ -11,7 +11,8 @@ the 26 fields, a first-order table, a dense linear term, the FM square-of-sum te
 429-400-400-400-1 ReLU MLP.
 
 Run under torchrun (one process a rank). Rank 0 prints one line `PYTORCH_RESULT {json}`: the
-median step time after the warm-up, the job's samples/s from it, and with --eval-samples the test
+median step time after the warm-up (a step includes fetching its batch, as the kit's includes its
+data wait), the job's samples/s from it, and with --eval-samples the test
 AUC after training.
 """
 import argparse
@@ -133,15 +134,22 @@ def main():
 
     steps = a.steps if a.steps > 0 else len(loader)
     times = []
-    for k, (dense, rows, labels) in enumerate(loader):
-        if k == steps:
+    # A step is timed from the end of the previous one, so it includes fetching its batch, as the
+    # kit's step includes its data wait (LabRun::next_batch): both sides measure the same loop.
+    batches = iter(loader)
+    t = time.perf_counter()
+    for k in range(steps):
+        try:
+            dense, rows, labels = next(batches)
+        except StopIteration:
             break
-        t = time.perf_counter()
         opt.zero_grad()
         loss = loss_fn(ddp(dense, rows), labels)
         loss.backward()
         opt.step()
-        times.append(time.perf_counter() - t)
+        now = time.perf_counter()
+        times.append(now - t)
+        t = now
     timed = times[a.warmup:] if len(times) > a.warmup else times
     median = float(np.median(timed))
     if distributed:  # the job's step is the slowest rank's

@@ -95,6 +95,10 @@ class LabRun {
   const dist::Environment& environment() const noexcept { return env_; }
   const data::Dataset& train() const { return *train_; }
   const data::Dataset& test() const { return *test_; }
+  /// Reopens the training split held in this process's memory (data::ShardReader's in_memory)
+  /// when its files take at most `max_bytes`, else keeps it mapped; says which in the log. Call
+  /// before the first loader. Returns whether it is in memory.
+  bool hold_training_data_in_memory(uint64_t max_bytes = uint64_t{2} << 30);
   /// Training samples in use (--train-samples, else the whole split).
   uint64_t train_size() const noexcept { return train_size_; }
   /// Test samples evaluated (--eval-samples, else the whole split).
