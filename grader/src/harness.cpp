@@ -418,7 +418,8 @@ Calibration load_calibration(const std::string& path, const std::string& key) {
   if (!fs::exists(path)) return c;
   try {
     const auto j = nlohmann::json::parse(read_text(path));
-    if (j.value("machine", "") == c.machine) c.values = j.value("values", nlohmann::json::object());
+    c.file_machine = j.value("machine", "");
+    if (c.file_machine == c.machine) c.values = j.value("values", nlohmann::json::object());
   } catch (const std::exception& e) {
     throw Error(fmt::format("{}: not a calibration file: {}", path, e.what()));
   }

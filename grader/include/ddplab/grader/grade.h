@@ -86,6 +86,9 @@ struct GradeOptions {
 struct Calibration {
   std::string machine;
   nlohmann::json values = nlohmann::json::object();  ///< "<lab id>/<check id>" -> figure
+  /// load_calibration: the machine and data set the file was measured on ("" without a file);
+  /// its values are used only when this equals `machine`.
+  std::string file_machine;
   std::optional<double> get(const std::string& lab, const std::string& check_id) const;
 };
 
