@@ -28,5 +28,7 @@ void setup_bench_pytorch(CLI::App& bench);
 
 /// Exit status the process returns after a subcommand ran (a benchmark that missed its target: 1).
 int& exit_status();
+/// Parses and runs the subcommand; maps kit errors to exit codes (tools/cli_main.cpp).
+int run_cli(CLI::App& app, int argc, char** argv);
 
 }  // namespace ddplab::tools

@@ -1,12 +1,8 @@
-// The `ddplab` command line: registers each subcommand and maps errors to exit codes.
-#include <iostream>
-
+// ddplab-tools: every `ddplab` subcommand (the `ddplab` in front of it runs `launch` itself and
+// hands everything else here, tools/front.cpp). Registers each subcommand; errors map to exit codes.
 #include <CLI/CLI.hpp>
-#include <fmt/format.h>
 
 #include "commands.h"
-#include "ddplab/data/error.h"
-#include "ddplab/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ddplab: a course kit for distributed data-parallel training"};
@@ -21,24 +17,5 @@ int main(int argc, char** argv) {
   ddplab::tools::setup_preflight(app);
   ddplab::tools::setup_forecast(app);
   ddplab::tools::setup_price(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const ddplab::NotImplemented& e) {
-    std::cerr << "ddplab: " << e.what() << "\n";
-    return ddplab::kExitNotAttempted;
-  } catch (const ddplab::ConfigError& e) {
-    std::cerr << "ddplab: " << e.what() << "\n";
-    return ddplab::kExitUsage;
-  } catch (const std::exception& e) {
-    std::cerr << "ddplab: error: " << e.what() << "\n";
-    return ddplab::kExitError;
-  }
-  return ddplab::tools::exit_status();
-}
-
-int& ddplab::tools::exit_status() {
-  static int status = 0;
-  return status;
+  return ddplab::tools::run_cli(app, argc, argv);
 }

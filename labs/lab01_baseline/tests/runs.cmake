@@ -21,7 +21,7 @@ if(LAB_TREE STREQUAL "solutions")
                    EXPECT "${prefix}rank 1/2 \\(local 1/2, node 0\\) via ${source}"
                    EQ rank=1 world_size=2 config.launcher=${source} status=ok)
   endfunction()
-  lab_launch_test(ddplab_launch torchrun "$<TARGET_FILE:ddplab>;launch;-n;2;--" "\\[rank 1\\] ")
+  lab_launch_test(ddplab_launch torchrun "$<TARGET_FILE:ddplab_front>;launch;-n;2;--" "\\[rank 1\\] ")
   # Debian 12's torchrun (PyTorch 1.13) spells --no_python and needs --redirects 1 --tee 1.
   find_program(DDPLAB_TORCHRUN torchrun)
   if(DDPLAB_TORCHRUN)
