@@ -41,6 +41,8 @@ struct BenchPytorchOptions {
   std::string python = "/usr/bin/python3";
   std::string torchrun = "/usr/bin/torchrun";
   std::string script;
+  std::string
+      trainer;  ///< the kit's trainer; default ddp_train beside this program (another build's, for a before/after)
   std::string backend = "auto";  ///< the kit's transport (gloo, or mpi through mpirun)
   std::string sync = "overlap";  ///< the kit's rung: overlap is DDP's; sparse exchanges the looked-up rows
   double target = 1.5;
@@ -57,8 +59,7 @@ struct Result {
 Result run_kit(const BenchPytorchOptions& o, int n, const fs::path& dir) {
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const std::string trainer = (fs::canonical("/proc/self/exe").parent_path() / "ddp_train").string();
-  std::vector<std::string> args = {trainer,
+  std::vector<std::string> args = {o.trainer,
                                    "--data",
                                    o.data,
                                    "--batch",
@@ -128,6 +129,8 @@ int run_bench_pytorch(BenchPytorchOptions o) {
   o.data = fs::canonical(o.data).string();
   if (o.script.empty()) o.script = (fs::path(DDPLAB_SOURCE_DIR) / "tools" / "bench" / "pytorch_ddp.py").string();
   if (!fs::exists(o.script)) throw ConfigError(fmt::format("--script {}: not found", o.script));
+  if (o.trainer.empty()) o.trainer = (fs::canonical("/proc/self/exe").parent_path() / "ddp_train").string();
+  if (!fs::exists(o.trainer)) throw ConfigError(fmt::format("--trainer {}: not found", o.trainer));
   for (const auto& [what, path] :
        {std::pair<const char*, std::string>{"--python", o.python}, {"--torchrun", o.torchrun}}) {
     if (::access(path.c_str(), X_OK) != 0) {
@@ -141,8 +144,8 @@ int run_bench_pytorch(BenchPytorchOptions o) {
   const fs::path scratch = fs::temp_directory_path() / fmt::format("ddplab-bench-pytorch-{}", ::getpid());
   fmt::print(
       "bench pytorch: DeepFM on {}, batch {} a rank, 1 thread a rank, dense Adam; the kit's "
-      "ddp_train (--sync {}, {}) against PyTorch {} DDP ({}), {}, interleaved, {} repeat(s)\n",
-      o.data, o.batch, o.sync, o.backend == "mpi" ? "mpi" : "gloo", "(Debian python3-torch)", o.script,
+      "{} (--sync {}, {}) against PyTorch {} DDP ({}), {}, interleaved, {} repeat(s)\n",
+      o.data, o.batch, o.trainer, o.sync, o.backend == "mpi" ? "mpi" : "gloo", "(Debian python3-torch)", o.script,
       o.epoch ? "one epoch each" : fmt::format("{} steps after {} warm-up", o.steps, o.warmup), o.repeats);
   std::map<int, std::vector<Result>> kit, torch_runs;
   for (int rep = 0; rep < o.repeats; ++rep) {
@@ -213,6 +216,9 @@ void setup_bench_pytorch(CLI::App& bench) {
   sub->add_option("--torchrun", o->torchrun, "torchrun of that Python")->capture_default_str();
   sub->add_option("--script", o->script,
                   "The PyTorch trainer (default: tools/bench/pytorch_ddp.py of the source tree)");
+  sub->add_option("--trainer", o->trainer,
+                  "The kit's trainer (default: ddp_train beside this program; another build's ddp_train "
+                  "puts a before/after side by side)");
   sub->add_option("--backend", o->backend, "The kit's transport: auto (gloo) or mpi (through mpirun)")
       ->check(CLI::IsMember({"auto", "gloo", "mpi"}))
       ->capture_default_str();
