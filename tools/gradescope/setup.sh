@@ -8,6 +8,30 @@
 set -euo pipefail
 KIT=${DDPLAB_KIT:-/autograder/source}
 cd "$KIT"
+# Gradescope's base images are Ubuntu (22.04 by default), Fedora and CentOS, whose LibTorch is
+# not the kit's (Ubuntu 22.04 has 1.8.1, without the CPU autocast labs 05/07/09 use; 24.04 has
+# none). There the kit runs in a Debian 12 root made here with debootstrap and entered with
+# proot, which needs no privileges (a Docker build may not mount /proc or chroot). Both from the
+# base image's own packages; the root lives outside /autograder, which proot binds into it.
+DEBIAN_ROOT=${DDPLAB_DEBIAN_ROOT:-/opt/ddplab-debian12}
+. /etc/os-release
+if [ "${ID:-}" != debian ] || [ "${VERSION_ID:-}" != 12 ]; then
+  if [ ! -x "$DEBIAN_ROOT/usr/bin/apt-get" ]; then
+    echo "setup.sh: ${PRETTY_NAME:-this system} is not Debian 12: making a Debian 12 root in $DEBIAN_ROOT"
+    if command -v apt-get >/dev/null; then
+      apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap proot debian-archive-keyring
+    else
+      dnf install -y debootstrap proot
+    fi
+    rm -rf "$DEBIAN_ROOT.tmp"
+    debootstrap --variant=minbase bookworm "$DEBIAN_ROOT.tmp" http://deb.debian.org/debian
+    mv "$DEBIAN_ROOT.tmp" "$DEBIAN_ROOT"
+  fi
+  # -R binds /proc, /dev, /sys, /tmp and the host's name resolution; -0 makes apt's root checks pass
+  # where the build does not run as root.
+  exec proot -0 -R "$DEBIAN_ROOT" -b "$KIT" -w "$KIT" /usr/bin/env DDPLAB_KIT="$KIT" \
+    /bin/bash "$KIT/tools/gradescope/setup.sh"
+fi
 LAB=$(tr -d '[:space:]' < autograder_lab)
 tools/setup-debian.sh
 # One build of the kit with both trees (the solutions calibrate the machine); submissions are
