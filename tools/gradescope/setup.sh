@@ -24,7 +24,8 @@ if [ "${ID:-}" != debian ] || [ "${VERSION_ID:-}" != 12 ]; then
       dnf install -y debootstrap proot
     fi
     rm -rf "$DEBIAN_ROOT.tmp"
-    debootstrap --variant=minbase bookworm "$DEBIAN_ROOT.tmp" http://deb.debian.org/debian
+    debootstrap --keyring="$KIT/debian-archive-keyring.gpg" --variant=minbase bookworm "$DEBIAN_ROOT.tmp" \
+      http://deb.debian.org/debian
     mv "$DEBIAN_ROOT.tmp" "$DEBIAN_ROOT"
   fi
   # -R binds /proc, /dev, /sys, /tmp and the host's name resolution; -0 makes apt's root checks pass
