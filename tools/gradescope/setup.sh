@@ -11,8 +11,9 @@ cd "$KIT"
 # Gradescope's base images are Ubuntu (22.04 by default), Fedora and CentOS, whose LibTorch is
 # not the kit's (Ubuntu 22.04 has 1.8.1, without the CPU autocast labs 05/07/09 use; 24.04 has
 # none). There the kit runs in a Debian 12 root made here with debootstrap and entered with
-# proot, which needs no privileges (a Docker build may not mount /proc or chroot). Both from the
-# base image's own packages; the root lives outside /autograder, which proot binds into it.
+# proot, which needs no privileges and brings /proc along (a Docker build cannot mount /proc into
+# a chroot, and the kit's programs read it). Both tools come from the base image's own packages;
+# the root lives outside /autograder, which proot binds into it.
 DEBIAN_ROOT=${DDPLAB_DEBIAN_ROOT:-/opt/ddplab-debian12}
 . /etc/os-release
 if [ "${ID:-}" != debian ] || [ "${VERSION_ID:-}" != 12 ]; then
@@ -28,8 +29,19 @@ if [ "${ID:-}" != debian ] || [ "${VERSION_ID:-}" != 12 ]; then
       http://deb.debian.org/debian
     mv "$DEBIAN_ROOT.tmp" "$DEBIAN_ROOT"
   fi
-  # -R binds /proc, /dev, /sys, /tmp and the host's name resolution; -0 makes apt's root checks pass
-  # where the build does not run as root.
+  # The kit's packages go in with apt under a plain chroot (Docker keeps CAP_SYS_CHROOT; apt needs
+  # no /proc): under proot, apt cannot read its archive keys (proot 5.1 does not translate the
+  # path of glibc 2.36's faccessat2), so 'apt-get update' fails its signature check there.
+  cp tools/setup-debian.sh "$DEBIAN_ROOT/root/ddplab-setup-debian.sh"
+  if chroot "$DEBIAN_ROOT" /bin/true 2>/dev/null; then
+    chroot "$DEBIAN_ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
+      /bin/bash /root/ddplab-setup-debian.sh
+  else
+    echo "setup.sh: chroot is not allowed here; installing through proot (apt warns that it cannot read its keys)"
+    proot -0 -R "$DEBIAN_ROOT" /bin/bash /root/ddplab-setup-debian.sh
+  fi
+  # -R binds /proc, /dev, /sys, /tmp and the host's name resolution; -0: the kit's set-up sees
+  # root where the build does not run as root.
   exec proot -0 -R "$DEBIAN_ROOT" -b "$KIT" -w "$KIT" /usr/bin/env DDPLAB_KIT="$KIT" \
     /bin/bash "$KIT/tools/gradescope/setup.sh"
 fi
