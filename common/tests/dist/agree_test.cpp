@@ -1,5 +1,6 @@
 // Agreement across ranks (dist/agree.h), with ranks as threads over real Gloo: gathered values
 // arrive exactly and in rank order, and a disagreement names the ranks that differ.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "thread_ranks.h"
