@@ -66,7 +66,11 @@ int run_grade(const GradeCli& o) {
   }
   // Overlays (the instructor's private checks): each joins the spec of the lab it names.
   std::map<std::string, std::vector<std::string>> overlays;
-  for (const auto& f : o.overlays) overlays[grader::overlay_lab(f)].push_back(fs::absolute(f).string());
+  for (const auto& f : o.overlays) {
+    overlays[grader::overlay_lab(f)].push_back(fs::absolute(f).string());
+    go.private_paths.push_back(fs::absolute(f).string());  // a submission's build must not read them
+  }
+  if (!o.batch.empty()) go.private_paths.push_back(fs::absolute(o.batch).string());  // the other submissions
   for (auto& s : specs) {
     const auto it = overlays.find(s.id);
     if (it == overlays.end()) continue;
@@ -136,9 +140,10 @@ void setup_grade(CLI::App& app) {
                 "say what is missing and exit 1 (./kit main then calibrates)");
   sub->add_flag("--no-build", o->no_build, "Grade the binaries as they are");
   sub->add_option("--sandbox", o->sandbox,
-                  "How student programs run: auto (bubblewrap if it works here, else unconfined with a warning), "
-                  "bwrap (required), none")
-      ->check(CLI::IsMember({"auto", "bwrap", "none"}))
+                  "How student programs run: auto (bubblewrap if it works here, else an unprivileged user if the "
+                  "grader is root and the secrets are unreadable to it, else unconfined with a warning), required "
+                  "(one of the two, or refuse to grade), bwrap, user, none")
+      ->check(CLI::IsMember({"auto", "required", "bwrap", "user", "none"}))
       ->capture_default_str();
   sub->add_flag("--no-color", o->no_color, "No ANSI colours");
   sub->add_flag("--quiet", o->quiet, "No progress lines");

@@ -1,6 +1,7 @@
 // The grading harness: submission intake, building, runs under the launcher, scoring.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -39,6 +41,18 @@ const char* status_name(Status s) {
 }
 
 namespace {
+
+/// Sets the process's umask for its lifetime.
+class UmaskGuard {
+ public:
+  explicit UmaskGuard(mode_t mask) : old_(::umask(mask)) {}
+  ~UmaskGuard() { ::umask(old_); }
+  UmaskGuard(const UmaskGuard&) = delete;
+  UmaskGuard& operator=(const UmaskGuard&) = delete;
+
+ private:
+  mode_t old_;
+};
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -136,7 +150,11 @@ std::string build_targets(const GradeOptions& o, const std::vector<std::string>&
                           const Sandbox* sandbox = nullptr) {
   std::vector<std::string> cmd = {"cmake", "--build", o.build_dir, "--target"};
   cmd.insert(cmd.end(), targets.begin(), targets.end());
-  if (sandbox != nullptr && sandbox->enabled) {
+  if (sandbox != nullptr && sandbox->enabled && sandbox->as_user) {
+    // Ninja runs as root; the submission's compiler, through the slot's launcher
+    // (grader/compile-as-student, labs/CMakeLists.txt), as kCompileUid.
+    cmd.insert(cmd.begin(), {"env", fmt::format("DDPLAB_SANDBOX_COMPILE_UID={}", kCompileUid)});
+  } else if (sandbox != nullptr && sandbox->enabled) {
     // CMake's own regeneration (new files in the slot re-run its globs) reads the kit, solutions/
     // included, and runs no student code: done first, unconfined; then only compiling is left.
     if (fs::exists(fs::path(o.build_dir) / "build.ninja")) {
@@ -145,8 +163,9 @@ std::string build_targets(const GradeOptions& o, const std::vector<std::string>&
         return tail_lines(regen, 40);
       }
     }
-    cmd = bwrap_build_command(sandbox->bwrap, cmd, o.build_dir,
-                              {(fs::path(o.source_dir) / "solutions").string(), o.calibration});
+    std::vector<std::string> hidden = {(fs::path(o.source_dir) / "solutions").string(), o.calibration};
+    hidden.insert(hidden.end(), o.private_paths.begin(), o.private_paths.end());
+    cmd = bwrap_build_command(sandbox->bwrap, cmd, o.build_dir, hidden);
   }
   std::string out;
   const int rc = run_command(cmd, 1800, out);
@@ -320,9 +339,10 @@ void apply_forbidden(const std::vector<ForbiddenCall>& forbidden, CheckResult& r
 /// the kit's solutions/ or its build folder, or the calibration file — but not in the results
 /// (run folders), the data set or the submission slot (whose paths the program's own messages
 /// carry). "" if none.
-std::string hidden_path_in(const std::string& text, const GradeOptions& o, const LabBinaries& bin) {
+std::string hidden_path_in(const std::string& text, const GradeOptions& o, const LabBinaries& bin, bool as_user) {
   const auto dir = [](const std::string& d) { return fs::absolute(d).lexically_normal().string() + "/"; };
-  std::vector<std::string> hidden = {dir(o.source_dir) + "solutions/", dir(o.build_dir)};
+  std::vector<std::string> hidden = {dir(o.source_dir) + "solutions/"};
+  if (!as_user) hidden.push_back(dir(o.build_dir));  // as another uid, the build folder stays readable
   if (!o.calibration.empty()) hidden.push_back(fs::absolute(o.calibration).lexically_normal().string());
   std::vector<std::string> visible = {dir(o.out_dir), dir(o.data_dir), dir(o.build_dir) + "submission/"};
   for (const auto& b : {bin.program, bin.tests, bin.reference}) {
@@ -343,13 +363,42 @@ std::string hidden_path_in(const std::string& text, const GradeOptions& o, const
 /// A failed check whose program reached for a file the sandbox hides says so first.
 void name_sandbox_cause(const Sandbox& sandbox, const GradeOptions& o, const LabBinaries& bin, CheckResult& r) {
   if (!sandbox.enabled || r.status == Status::kPassed) return;
-  const std::string path = hidden_path_in(r.observed + "\n" + r.details, o, bin);
+  const std::string path = hidden_path_in(r.observed + "\n" + r.details, o, bin, sandbox.as_user);
   if (path.empty()) return;
+  if (sandbox.as_user) {
+    r.diagnosis = fmt::format(
+        "the program reached for {}, which the grader's sandbox hides (graded programs run as uid {}, which cannot "
+        "read the kit's solutions or the calibration); {}",
+        path, kRunUid, r.diagnosis);
+    return;
+  }
   r.diagnosis = fmt::format(
       "the program reached for {}, which the grader's sandbox hides (graded programs see only the system, the data "
       "set and their run folder: not the kit's source, solutions or build folder); {}",
       path, r.diagnosis);
 }
+
+}  // namespace
+
+void blame_earlier_exercises(const LabSpec& spec, std::vector<CheckResult>& checks) {
+  for (CheckResult& r : checks) {
+    const auto c =
+        std::find_if(spec.checks.begin(), spec.checks.end(), [&](const CheckSpec& x) { return x.id == r.id; });
+    if (r.status != Status::kFailed || c == spec.checks.end()) continue;
+    for (const auto& ex : c->builds_on) {
+      const auto failed = std::find_if(checks.begin(), checks.end(), [&](const CheckResult& c) {
+        return c.exercise == ex && (c.status == Status::kFailed || c.status == Status::kNotAttempted);
+      });
+      if (failed == checks.end()) continue;
+      r.diagnosis = fmt::format(
+          "this check also runs your {} code, and {}'s check '{}' fails too: fix exercise {} first, then this one; {}",
+          ex, ex, failed->name, ex, r.diagnosis);
+      break;
+    }
+  }
+}
+
+namespace {
 
 std::string now_text() {
   const auto t = std::time(nullptr);
@@ -572,14 +621,29 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
   for (const auto& run : spec.runs) {
     if (!run.data.empty()) data_dirs.push_back(run.data);
   }
-  const Sandbox sandbox = make_sandbox(parse_sandbox_mode(o.sandbox), data_dirs);
+  UserSandboxPaths user_paths;  // for the unprivileged-user sandbox, where bubblewrap cannot run
+  user_paths.secrets = {(fs::path(o.source_dir) / "solutions").string(),
+                        o.calibration.empty() ? default_calibration_path(o.build_dir) : o.calibration};
+  user_paths.secrets.insert(user_paths.secrets.end(), o.private_paths.begin(), o.private_paths.end());
+  const auto targets = load_targets(o.build_dir);
+  if (o.tree != "solutions" && targets.contains(spec.program + "/solutions")) {
+    // The reference solution's own binaries: a program could run them in its place.
+    const auto& ref = targets.at(spec.program + "/solutions");
+    for (const char* k : {"program", "tests", "student"}) {
+      if (ref.contains(k)) user_paths.secrets.push_back(ref.at(k).get<std::string>());
+    }
+  }
+  user_paths.readable = data_dirs;
+  user_paths.readable.push_back(o.build_dir);  // the programs, and the headers a submission compiles with
+  user_paths.readable.push_back((fs::path(o.source_dir) / "labs" / spec.folder).string());
+  user_paths.out_dir = o.out_dir;
+  const Sandbox sandbox = make_sandbox(parse_sandbox_mode(o.sandbox), data_dirs, user_paths);
   if (sandbox.enabled) {
     say(sandbox.note);
   } else if (o.sandbox != "none") {
     fmt::print(stderr, "grade {}: {}\n", spec.id, sandbox.note);  // a warning, --quiet or not
   }
 
-  const auto targets = load_targets(o.build_dir);
   LabBinaries bin;
   // The graded files' regions, read where they are graded: how far each exercise got, so that
   // "not attempted" is said only of an exercise none of whose regions was edited (half an
@@ -613,6 +677,12 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     FileLock lock(slot / ".lock");
     const auto notes = collect_submission(spec, o.source_dir, o.submission, (slot / spec.folder).string());
     for (const auto& n : notes) say(n);
+    for (const auto& f : spec.manifest) {  // whatever mode they came with: the compiler may be another uid
+      std::error_code ec;
+      fs::permissions(slot / spec.folder / f,
+                      fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read,
+                      ec);
+    }
     // Only the code inside the STUDENT CODE regions is the student's: checked before building.
     result.rule_errors = submission_region_edits(spec, (fs::path(o.source_dir) / "labs" / spec.folder).string(),
                                                  (slot / spec.folder).string());
@@ -635,6 +705,8 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
         if (b == &bin.tests && !need_tests) continue;
         const fs::path copy = out / "bin" / fs::path(*b).filename();
         fs::copy_file(*b, copy, fs::copy_options::overwrite_existing);
+        fs::permissions(copy, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);  // run as another uid
         *b = copy.string();
       }
     }
@@ -685,6 +757,14 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
   const Calibration calibration =
       load_calibration(o.calibration.empty() ? default_calibration_path(o.build_dir) : o.calibration,
                        calibration_key(o.data_dir));
+  // As another uid, the programs would read whatever the grader writes from here on with a
+  // permissive umask (logs, earlier results): the built binaries are in place, so from now on
+  // what it writes is its own; each run folder is handed over (confine).
+  std::optional<UmaskGuard> private_files;
+  if (sandbox.as_user) {
+    ::chmod(out.c_str(), 0711);
+    private_files.emplace(077);
+  }
   GradeContext ctx{spec, o, bin, calibration, {}, (out / "work").string(), &sandbox};
   fs::remove_all(ctx.work_dir);
   fs::create_directories(ctx.work_dir);
@@ -750,6 +830,7 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     result.score += r.score;
     result.checks.push_back(std::move(r));
   }
+  blame_earlier_exercises(spec, result.checks);
   std::sort(result.not_attempted.begin(), result.not_attempted.end());
   fs::remove_all(ctx.work_dir);
   result.seconds = seconds_since(start);

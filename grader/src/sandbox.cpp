@@ -1,16 +1,20 @@
 // Confining student programs with bubblewrap: an allow-list file system (system folders, the
 // program, the data set, one writable run folder), own PID/IPC/UTS namespaces, no capabilities.
+// Where bubblewrap cannot run and the grader is root: an unprivileged user (setpriv) that the
+// file system's permissions keep out of solutions/, the calibration and the grader's outputs.
 #include "ddplab/grader/sandbox.h"
 
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 #include <utime.h>
 
 #include <fstream>
+#include <sstream>
 
-#include <unistd.h>
-
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 
@@ -47,18 +51,99 @@ bool in_system(const std::string& p) {
 
 SandboxMode parse_sandbox_mode(const std::string& name) {
   if (name == "auto") return SandboxMode::kAuto;
+  if (name == "required") return SandboxMode::kRequired;
   if (name == "bwrap") return SandboxMode::kBwrap;
+  if (name == "user") return SandboxMode::kUser;
   if (name == "none") return SandboxMode::kNone;
-  throw ConfigError(fmt::format("--sandbox {}: expected auto, bwrap or none", name));
+  throw ConfigError(fmt::format("--sandbox {}: expected auto, required, bwrap, user or none", name));
 }
 
 const char* sandbox_mode_name(SandboxMode m) {
   switch (m) {
     case SandboxMode::kAuto: return "auto";
+    case SandboxMode::kRequired: return "required";
     case SandboxMode::kBwrap: return "bwrap";
+    case SandboxMode::kUser: return "user";
     case SandboxMode::kNone: return "none";
   }
   return "auto";
+}
+
+std::vector<std::string> user_command(const std::vector<std::string>& command, unsigned uid) {
+  std::vector<std::string> c = {"setpriv",
+                                fmt::format("--reuid={}", uid),
+                                fmt::format("--regid={}", uid),
+                                "--clear-groups",
+                                "--inh-caps=-all",
+                                "--bounding-set=-all",
+                                "--no-new-privs",
+                                "--"};
+  c.insert(c.end(), command.begin(), command.end());
+  return c;
+}
+
+std::string user_problem(const UserSandboxPaths& paths) {
+  if (::geteuid() != 0) {
+    return fmt::format("the grader runs as uid {}, and only root can run programs as another user", ::geteuid());
+  }
+  if (paths.secrets.empty() || paths.out_dir.empty()) return "no secrets or output folder were named to protect";
+  std::vector<std::string> args = {"/bin/sh", "-c",
+                                   // s: must not be readable; n: must be; x: must be traversable
+                                   "m=s; for p; do case \"$p\" in ::n|::x) m=${p#::}; continue;; esac; "
+                                   "case $m in s) [ -r \"$p\" ] && echo \"secret $p\";; "
+                                   "n) [ -r \"$p\" ] || echo \"need $p\";; x) [ -x \"$p\" ] || echo \"reach $p\";; "
+                                   "esac; done; exit 0",
+                                   "probe"};
+  for (const auto& p : paths.secrets) args.push_back(absolute(p));
+  args.push_back("::n");
+  for (const auto& p : paths.readable) args.push_back(absolute(p));
+  if (!paths.out_dir.empty()) {
+    const std::string out = absolute(paths.out_dir);
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    ::chmod(out.c_str(), 0711);  // its run folders' parent: reachable, not listable
+    args.push_back("::x");
+    args.push_back(out);
+  }
+  LaunchSpec spec;
+  spec.nproc = 1;
+  spec.command = user_command(args, kRunUid);
+  spec.timeout_s = 30;
+  spec.prefix_output = false;
+  std::string out;
+  spec.on_line = [&](int, bool, const std::string& l) { out += l + "\n"; };
+  spec.on_message = [&](const std::string&) {};
+  LaunchResult r;
+  try {
+    r = launch(spec);
+  } catch (const Error& e) {
+    return e.what();  // "launch: program 'setpriv' not found in PATH"
+  }
+  if (r.exit_code != 0) {
+    // setpriv's own error: "setresgid failed: Operation not permitted" under a fake root (proot -0)
+    return fmt::format("setpriv cannot switch to uid {}: {}", kRunUid,
+                       out.empty() ? r.summary : out.substr(0, out.find_last_not_of('\n') + 1));
+  }
+  std::vector<std::string> problems;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto sp = line.find(' ');
+    if (sp == std::string::npos) continue;
+    const std::string what = line.substr(0, sp), p = line.substr(sp + 1);
+    if (what == "secret") {
+      problems.push_back(fmt::format("uid {} can read {} (as root: chmod -R go-rwx {})", kRunUid, p, p));
+    } else if (what == "need") {
+      problems.push_back(fmt::format("uid {} cannot read {} (as root: chmod -R o+rX {}, and o+x each folder above it)",
+                                     kRunUid, p, p));
+    } else if (what == "reach") {
+      problems.push_back(
+          fmt::format("uid {} cannot reach the output folder {} (each folder above it needs o+x)", kRunUid, p));
+    }
+  }
+  std::string joined;
+  for (const auto& p : problems) joined += (joined.empty() ? "" : "; ") + p;
+  return joined;
 }
 
 std::vector<std::string> bwrap_command(const std::string& bwrap, const std::vector<std::string>& command,
@@ -157,7 +242,8 @@ std::string bwrap_problem(const std::string& bwrap) {
   return problem;
 }
 
-Sandbox make_sandbox(SandboxMode mode, std::vector<std::string> read_only, const std::string& bwrap) {
+Sandbox make_sandbox(SandboxMode mode, std::vector<std::string> read_only, const UserSandboxPaths& user_paths,
+                     const std::string& bwrap) {
   Sandbox s;
   s.bwrap = bwrap;
   s.read_only = std::move(read_only);
@@ -165,24 +251,50 @@ Sandbox make_sandbox(SandboxMode mode, std::vector<std::string> read_only, const
     s.note = "sandbox off (--sandbox none): student programs can read and write whatever this user can";
     return s;
   }
-  const std::string problem = bwrap_problem(s.bwrap);
-  if (problem.empty()) {
+  std::string bwrap_why;
+  if (mode != SandboxMode::kUser) {
+    bwrap_why = bwrap_problem(s.bwrap);
+    if (bwrap_why.empty()) {
+      s.enabled = true;
+      s.note =
+          "sandbox: student programs run under bubblewrap, seeing only the system, their program, the data and "
+          "their run folder";
+      return s;
+    }
+    if (mode == SandboxMode::kBwrap) {
+      throw Error(fmt::format(
+          "--sandbox bwrap: bubblewrap cannot confine programs here: {} (install Debian's bubblewrap; in a container "
+          "it needs user namespaces or CAP_SYS_ADMIN; docs/instructor-guide.md, \"Sandbox\")",
+          bwrap_why));
+    }
+  }
+  const std::string user_why = user_problem(user_paths);
+  if (user_why.empty()) {
     s.enabled = true;
-    s.note =
-        "sandbox: student programs run under bubblewrap, seeing only the system, their program, the data and "
-        "their run folder";
+    s.as_user = true;
+    s.out_dir = absolute(user_paths.out_dir);
+    s.note = fmt::format(
+        "sandbox: student programs run as uid {} and a submission compiles as uid {}{}; neither can read solutions/, "
+        "the calibration or the grader's outputs (checked), but both can write to /tmp",
+        kRunUid, kCompileUid, bwrap_why.empty() ? "" : fmt::format(" (bubblewrap cannot run here: {})", bwrap_why));
     return s;
   }
-  if (mode == SandboxMode::kBwrap) {
-    throw Error(fmt::format(
-        "--sandbox bwrap: bubblewrap cannot confine programs here: {} (install Debian's bubblewrap; in a container it "
-        "needs user namespaces or CAP_SYS_ADMIN; docs/instructor-guide.md, \"Sandbox\")",
-        problem));
+  if (mode == SandboxMode::kUser) {
+    throw Error(
+        fmt::format("--sandbox user: an unprivileged user cannot confine programs here: {} "
+                    "(docs/instructor-guide.md, \"Sandbox\")",
+                    user_why));
+  }
+  if (mode == SandboxMode::kRequired) {
+    throw Error(
+        fmt::format("--sandbox required: nothing can confine student programs here: bubblewrap: {}; an "
+                    "unprivileged user: {} (docs/instructor-guide.md, \"Sandbox\")",
+                    bwrap_why, user_why));
   }
   s.note = fmt::format(
-      "WARNING: no sandbox: bubblewrap cannot run here ({}); student programs can read solutions/ and the "
-      "calibration (use --sandbox bwrap to refuse to grade without it)",
-      problem);
+      "WARNING: no sandbox: bubblewrap cannot run here ({}), nor an unprivileged user ({}); student programs can read "
+      "solutions/ and the calibration (use --sandbox required to refuse to grade without one)",
+      bwrap_why, user_why);
   return s;
 }
 
@@ -192,13 +304,38 @@ void confine(const Sandbox& sandbox, LaunchSpec& spec, const std::string& writab
   fs::create_directories(tmp);
   spec.extra_env["TMPDIR"] = tmp.string();
   if (!sandbox.enabled) return;
+  if (sandbox.as_user) {
+    // The run folder becomes the program's own (and nobody else's but root's); the folders above it
+    // in the grader's output folder are made traversable, not listable.
+    const fs::path w = fs::absolute(writable).lexically_normal();
+    auto give = [](const fs::path& p) {
+      if (::lchown(p.c_str(), kRunUid, kRunUid) != 0) {
+        throw Error(fmt::format("sandbox: cannot hand {} to uid {}: {}", p.string(), kRunUid, std::strerror(errno)));
+      }
+    };
+    give(w);
+    for (const auto& e : fs::recursive_directory_iterator(w)) give(e.path());
+    ::chmod(w.c_str(), 0700);
+    const std::string out = sandbox.out_dir.empty() ? "" : sandbox.out_dir + "/";
+    for (fs::path p = w.parent_path(); !out.empty() && (p.string() + "/").rfind(out, 0) == 0; p = p.parent_path()) {
+      struct stat st {};
+      if (::stat(p.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0)
+        ::chmod(p.c_str(), (st.st_mode & 07777) | S_IXOTH);
+      if (p == p.parent_path()) break;
+    }
+    spec.extra_env["HOME"] = w.string();
+    std::vector<std::string> in_run_folder = {"env", "--chdir=" + w.string()};  // its working directory, as in bwrap
+    in_run_folder.insert(in_run_folder.end(), spec.command.begin(), spec.command.end());
+    spec.command = user_command(in_run_folder, kRunUid);
+    return;
+  }
   std::vector<std::string> readable = sandbox.read_only;
   readable.insert(readable.end(), extra_read_only.begin(), extra_read_only.end());
   spec.command = bwrap_command(sandbox.bwrap, spec.command, readable, writable);
 }
 
 void restore_signals(const Sandbox& sandbox, LaunchResult& result) {
-  if (!sandbox.enabled) return;
+  if (!sandbox.enabled || sandbox.as_user) return;  // setpriv execs the program: its signals are its own
   for (auto& r : result.ranks) {
     if (r.signal != 0 || r.exit_code <= 128 || r.exit_code > 128 + 64) continue;
     const int sig = r.exit_code - 128;

@@ -342,6 +342,7 @@ void parse_checks(const std::string& path, const toml::table& root, LabSpec& s, 
       c.kind = r.str("kind", true);
       c.name = r.str("name", true);
       c.exercise = r.str("exercise", false);
+      c.builds_on = r.strs("builds_on", false);
       c.points = r.num("points", 0);
       c.visibility = parse_visibility(r.str("visibility", false, "visible"), where(path, e));
       c.diagnosis_given = e.as_table()->contains("diagnosis");
@@ -364,6 +365,12 @@ void parse_checks(const std::string& path, const toml::table& root, LabSpec& s, 
       if (!c.exercise.empty() && std::find(s.exercises.begin(), s.exercises.end(), c.exercise) == s.exercises.end()) {
         throw ConfigError(fmt::format("{}: check '{}': exercise {} is not one of the lab's exercises ({})",
                                       where(path, e), c.name, c.exercise, fmt::join(s.exercises, ", ")));
+      }
+      for (const auto& ex : c.builds_on) {
+        if (std::find(s.exercises.begin(), s.exercises.end(), ex) == s.exercises.end() || ex == c.exercise) {
+          throw ConfigError(fmt::format("{}: check '{}': builds_on {} is not another of the lab's exercises ({})",
+                                        where(path, e), c.name, ex, fmt::join(s.exercises, ", ")));
+        }
       }
       for (const auto& rn : c.runs) {
         if (!names.count(rn)) {

@@ -6,12 +6,14 @@
 // self-test grades a submission that reads the solutions through the build folder.
 #include "ddplab/grader/sandbox.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "ddplab/error.h"
@@ -124,17 +126,200 @@ TEST_F(Sandboxed, ACrashReadsAsASignalAsItWouldUnconfined) {
 
 TEST(Sandbox, AskedForAndUnavailableItStopsTheGrader) {
   try {
-    make_sandbox(SandboxMode::kBwrap, {}, "/nonexistent/bwrap");
+    make_sandbox(SandboxMode::kBwrap, {}, {}, "/nonexistent/bwrap");
     FAIL() << "no error";
   } catch (const ddplab::Error& e) {
     EXPECT_NE(std::string(e.what()).find("--sandbox bwrap: bubblewrap cannot confine programs here"), std::string::npos)
         << e.what();
   }
-  const Sandbox s = make_sandbox(SandboxMode::kAuto, {}, "/nonexistent/bwrap");
+  const Sandbox s = make_sandbox(SandboxMode::kAuto, {}, {}, "/nonexistent/bwrap");
   EXPECT_FALSE(s.enabled);
   EXPECT_NE(s.note.find("WARNING: no sandbox"), std::string::npos) << s.note;
   EXPECT_FALSE(make_sandbox(SandboxMode::kNone, {}).enabled);
   EXPECT_THROW(parse_sandbox_mode("chroot"), ddplab::ConfigError);
+}
+
+}  // namespace
+
+namespace {
+
+// The unprivileged-user sandbox (where bubblewrap cannot run: a default Docker container, such as
+// Gradescope's): the same secrets, kept out by the file system's permissions, which the
+// instructor's set-up sets (tools/gradescope/setup.sh) and the grader checks. Needs root (it
+// switches uids); skipped, saying so, otherwise.
+class UserSandboxed : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0)
+      GTEST_SKIP() << "the unprivileged-user sandbox needs root (this runs as uid " << ::geteuid() << ")";
+    root_ = fs::temp_directory_path() / ("ddplab_user_sandbox_test_" + std::to_string(::getpid()));
+    fs::remove_all(root_);
+    for (const char* d : {"kit/solutions/lab09", "build/grader", "data", "out/lab09/runs/r", "batch/bob"}) {
+      fs::create_directories(root_ / d);
+    }
+    ::chmod(root_.c_str(), 0755);
+    std::ofstream(root_ / "kit/solutions/lab09/lab09_student.cpp") << "the reference solution\n";
+    std::ofstream(root_ / "build/grader/calibration.json") << "{}\n";
+    std::ofstream(root_ / "batch/bob/lab09_student.cpp") << "bob's code\n";
+    std::ofstream(root_ / "out/lab09/results.json") << "{}\n";
+    std::ofstream(root_ / "data/meta.json") << "{\"train\": 1}\n";
+    // What set-up and the grader do: secrets root's alone, the grader's files private.
+    ::chmod(at("kit/solutions").c_str(), 0700);
+    ::chmod(at("build/grader/calibration.json").c_str(), 0600);
+    ::chmod(at("batch").c_str(), 0700);
+    ::chmod(at("out/lab09").c_str(), 0711);
+    ::chmod(at("out/lab09/results.json").c_str(), 0600);
+    paths_.secrets = {at("kit/solutions"), at("build/grader/calibration.json"), at("batch")};
+    paths_.readable = {at("data")};
+    paths_.out_dir = at("out");
+    sandbox_ = make_sandbox(SandboxMode::kUser, {at("data")}, paths_);
+  }
+  void TearDown() override {
+    if (!root_.empty()) fs::remove_all(root_);
+  }
+  int sh(const std::string& script, std::string* out = nullptr) {
+    ddplab::LaunchSpec spec;
+    spec.nproc = 1;
+    spec.command = {"/bin/sh", "-c", script};
+    spec.timeout_s = 30;
+    spec.prefix_output = false;
+    std::string text;
+    spec.on_line = [&](int, bool, const std::string& l) { text += l + "\n"; };
+    spec.on_message = [&](const std::string&) {};
+    confine(sandbox_, spec, at("out/lab09/runs/r"));
+    const auto r = ddplab::launch(spec);
+    if (out) *out = text;
+    return r.exit_code;
+  }
+  std::string at(const char* rel) const { return (root_ / rel).string(); }
+
+  fs::path root_;
+  UserSandboxPaths paths_;
+  Sandbox sandbox_;
+};
+
+TEST_F(UserSandboxed, RunsAsNobodyReadingTheDataAndWritingItsRunFolder) {
+  ASSERT_TRUE(sandbox_.enabled);
+  ASSERT_TRUE(sandbox_.as_user);
+  std::string out;
+  EXPECT_EQ(sh("id -u && cat " + at("data/meta.json") + " && echo ok > rank0.json && echo t > \"$TMPDIR/x\" && pwd",
+               &out),
+            0)
+      << out;
+  EXPECT_EQ(out.rfind(std::to_string(kRunUid) + "\n", 0), 0u) << out;
+  EXPECT_NE(out.find("\"train\": 1"), std::string::npos) << out;
+  EXPECT_NE(out.find(at("out/lab09/runs/r")), std::string::npos) << "its working directory is the run folder: " << out;
+  struct stat st {};
+  ASSERT_EQ(::stat(at("out/lab09/runs/r/rank0.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kRunUid);
+}
+
+TEST_F(UserSandboxed, CannotReadSolutionsCalibrationOtherSubmissionsOrOutputs) {
+  for (const char* secret : {"kit/solutions/lab09/lab09_student.cpp", "build/grader/calibration.json",
+                             "batch/bob/lab09_student.cpp", "out/lab09/results.json"}) {
+    std::string out;
+    EXPECT_NE(sh("cat " + at(secret), &out), 0) << secret << " is readable: " << out;
+    EXPECT_EQ(out.find("the reference solution"), std::string::npos);
+    EXPECT_EQ(out.find("bob's code"), std::string::npos);
+  }
+  std::string out;
+  EXPECT_NE(sh("ls " + at("kit/solutions"), &out), 0) << out;
+  EXPECT_NE(sh("ls " + at("out"), &out), 0) << "the grader's output folder is listable: " << out;
+  EXPECT_NE(sh("ls /root", &out), 0) << out;
+}
+
+TEST_F(UserSandboxed, CannotWriteTheGradersFilesTheDataOrTheSystem) {
+  std::string out;
+  EXPECT_NE(sh("echo x > " + at("out/lab09/forged.json"), &out), 0) << out;
+  EXPECT_NE(sh("echo x > " + at("data/meta.json"), &out), 0) << out;
+  EXPECT_NE(sh("echo x > /usr/ddplab_sandbox_test", &out), 0) << out;
+  EXPECT_FALSE(fs::exists(root_ / "out/lab09/forged.json"));
+  // No capabilities, and no way back to root (no_new_privs: a setuid-root program gains nothing).
+  EXPECT_EQ(sh("grep -q '^CapEff:[[:space:]]*0000000000000000$' /proc/self/status"), 0);
+  EXPECT_EQ(sh("grep -q '^NoNewPrivs:[[:space:]]*1$' /proc/self/status"), 0);
+}
+
+TEST_F(UserSandboxed, NamesEverySecretThatUidCouldReadAndRefuses) {
+  ::chmod(at("kit/solutions").c_str(), 0755);
+  ::chmod(at("build/grader/calibration.json").c_str(), 0644);
+  const std::string why = user_problem(paths_);
+  EXPECT_NE(why.find("uid 65534 can read " + at("kit/solutions") + " (as root: chmod -R go-rwx"), std::string::npos)
+      << why;
+  EXPECT_NE(why.find("can read " + at("build/grader/calibration.json")), std::string::npos) << why;
+  EXPECT_EQ(why.find(at("batch")), std::string::npos) << why;
+  try {
+    make_sandbox(SandboxMode::kUser, {}, paths_);
+    FAIL() << "no error";
+  } catch (const ddplab::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--sandbox user: an unprivileged user cannot confine programs here"),
+              std::string::npos)
+        << e.what();
+  }
+  // Where nothing can confine programs, `required` refuses and `auto` warns.
+  EXPECT_THROW(make_sandbox(SandboxMode::kRequired, {}, paths_, "/nonexistent/bwrap"), ddplab::Error);
+  const Sandbox s = make_sandbox(SandboxMode::kAuto, {}, paths_, "/nonexistent/bwrap");
+  EXPECT_FALSE(s.enabled);
+  EXPECT_NE(s.note.find("WARNING: no sandbox"), std::string::npos) << s.note;
+  EXPECT_NE(s.note.find("can read " + at("kit/solutions")), std::string::npos) << s.note;
+  // A data set it cannot read is named too.
+  ::chmod(at("data").c_str(), 0700);
+  EXPECT_NE(user_problem(paths_).find("uid 65534 cannot read " + at("data")), std::string::npos);
+}
+
+TEST_F(UserSandboxed, AutoPrefersBubblewrapAndFallsBackToTheUser) {
+  const Sandbox fallback = make_sandbox(SandboxMode::kAuto, {}, paths_, "/nonexistent/bwrap");
+  EXPECT_TRUE(fallback.enabled);
+  EXPECT_TRUE(fallback.as_user);
+  EXPECT_NE(fallback.note.find("run as uid 65534"), std::string::npos) << fallback.note;
+  if (bwrap_problem().empty()) EXPECT_FALSE(make_sandbox(SandboxMode::kAuto, {}, paths_).as_user);
+}
+
+// The submission slot's compiler launcher: as DDPLAB_SANDBOX_COMPILE_UID, a compile that reads a
+// root-only file fails; one that reads the kit's (readable) files writes its object as that uid.
+TEST_F(UserSandboxed, TheSlotsCompilerRunsAsTheCompileUid) {
+  const std::string launcher = std::string(DDPLAB_TEST_SOURCE_ROOT) + "/grader/compile-as-student";
+  auto compile = [&](const std::string& input, const std::string& object, bool as_uid = true) {
+    ddplab::LaunchSpec spec;
+    spec.nproc = 1;
+    // A stand-in compiler: copies its input to its -o file. Without the uid, as bubblewrap runs it:
+    // root without capabilities.
+    spec.command = {"env", fmt::format("DDPLAB_SANDBOX_COMPILE_UID={}", kCompileUid)};
+    if (!as_uid) {
+      spec.command = {"setpriv", "--inh-caps=-all", "--bounding-set=-all", "env", "-u", "DDPLAB_SANDBOX_COMPILE_UID"};
+    }
+    const std::vector<std::string> cc = {launcher, "/bin/sh", "-c", "cat \"$1\" > \"$3\"", "cc", input, "-o", object};
+    spec.command.insert(spec.command.end(), cc.begin(), cc.end());
+    spec.timeout_s = 30;
+    spec.prefix_output = false;
+    spec.on_line = [](int, bool, const std::string&) {};
+    spec.on_message = [](const std::string&) {};
+    return ddplab::launch(spec).exit_code;
+  };
+  EXPECT_NE(compile(at("kit/solutions/lab09/lab09_student.cpp"), at("obj/a.o")), 0);
+  EXPECT_NE(compile(at("build/grader/calibration.json"), at("obj/b.o")), 0);
+  ASSERT_EQ(compile(at("data/meta.json"), at("obj/c.o")), 0);
+  struct stat st {};
+  ASSERT_EQ(::stat(at("obj/c.o").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, kCompileUid);
+  // A later build under bubblewrap replaces that uid's object.
+  ASSERT_EQ(compile(at("data/meta.json"), at("obj/c.o"), false), 0);
+  ASSERT_EQ(::stat(at("obj/c.o").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+}
+
+TEST(UserSandbox, CommandDropsUidGroupsAndCapabilities) {
+  const auto c = user_command({"prog", "--flag"}, 65534);
+  const std::vector<std::string> want = {"setpriv",
+                                         "--reuid=65534",
+                                         "--regid=65534",
+                                         "--clear-groups",
+                                         "--inh-caps=-all",
+                                         "--bounding-set=-all",
+                                         "--no-new-privs",
+                                         "--",
+                                         "prog",
+                                         "--flag"};
+  EXPECT_EQ(c, want);
 }
 
 }  // namespace

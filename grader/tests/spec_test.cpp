@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -137,6 +138,48 @@ TEST_F(Scratch, ErrorsNameTheFileTheLineAndTheProblem) {
   auto escape = spec_text();
   escape.replace(escape.find("\"lab09_student.cpp\""), 19, "\"../../etc/passwd\"");
   EXPECT_NE(error_of(escape).find("must be a plain path"), std::string::npos);
+}
+
+// A check that also runs an earlier exercise's code names it (builds_on); a failure of that
+// exercise sends the student there first, and only then.
+TEST_F(Scratch, ACheckThatBuildsOnAnotherExerciseSendsTheStudentThereFirst) {
+  std::string text = spec_text();
+  text.replace(text.find("exercises = [\"09.1\"]"), 20, "exercises = [\"09.1\", \"09.2\"]");
+  text +=
+      "[[check]]\nid = \"later\"\nkind = \"run_ok\"\nname = \"the later run\"\nexercise = \"09.2\"\n"
+      "builds_on = [\"09.1\"]\nrun = \"r\"\n";
+  const LabSpec s = load_spec(write("grade.toml", text));
+  ASSERT_EQ(s.checks.size(), 2u);
+  EXPECT_EQ(s.checks[1].builds_on, std::vector<std::string>{"09.1"});
+
+  auto result = [](const std::string& id, const std::string& exercise, Status st, const std::string& why) {
+    CheckResult r;
+    r.id = id;
+    r.name = id == "same_params" ? "same parameters" : "the later run";
+    r.exercise = exercise;
+    r.status = st;
+    r.diagnosis = why;
+    return r;
+  };
+  std::vector<CheckResult> both = {result("same_params", "09.1", Status::kFailed, "ranks differ"),
+                                   result("later", "09.2", Status::kFailed, "the run failed")};
+  blame_earlier_exercises(s, both);
+  EXPECT_EQ(both[1].diagnosis,
+            "this check also runs your 09.1 code, and 09.1's check 'same parameters' fails too: fix exercise 09.1 "
+            "first, then this one; the run failed");
+  EXPECT_EQ(both[0].diagnosis, "ranks differ");
+  std::vector<CheckResult> only_later = {result("same_params", "09.1", Status::kPassed, ""),
+                                         result("later", "09.2", Status::kFailed, "the run failed")};
+  blame_earlier_exercises(s, only_later);
+  EXPECT_EQ(only_later[1].diagnosis, "the run failed") << "09.1 passes: the failure is 09.2's own";
+
+  auto self = text;
+  self.replace(self.find("builds_on = [\"09.1\"]"), 20, "builds_on = [\"09.2\"]");
+  EXPECT_NE(error_of(self).find("builds_on 09.2 is not another of the lab's exercises (09.1, 09.2)"), std::string::npos)
+      << error_of(self);
+  auto unknown = text;
+  unknown.replace(unknown.find("builds_on = [\"09.1\"]"), 20, "builds_on = [\"07.1\"]");
+  EXPECT_NE(error_of(unknown).find("builds_on 07.1 is not another"), std::string::npos);
 }
 
 TEST_F(Scratch, UnknownCheckKindsAreRejectedBeforeAnythingRuns) {
@@ -396,7 +439,17 @@ TEST(Kit, EveryPlantedBugNamesAFileAndACheckOfItsLab) {
       const auto diagnosis = t["diagnosis"].value<std::string>();
       ASSERT_TRUE(file && check && diagnosis) << where << "/expect.toml needs file, check and diagnosis";
       const auto calibrated = t["calibrated"].value<std::string>();
-      EXPECT_EQ(t.size(), calibrated ? 4u : 3u) << where << "/expect.toml: only file, check, diagnosis and calibrated";
+      const auto also = t["also"].value<std::string>();
+      EXPECT_EQ(t.size(), 3u + (calibrated ? 1u : 0u) + (also ? 1u : 0u))
+          << where << "/expect.toml: only file, check, diagnosis, calibrated and also";
+      if (also) {
+        std::istringstream ids(*also);
+        for (std::string id; ids >> id;) {
+          EXPECT_TRUE(
+              std::any_of(spec.checks.begin(), spec.checks.end(), [&](const CheckSpec& c) { return c.id == id; }))
+              << where << ": also names no check '" << id << "'";
+        }
+      }
       if (calibrated) {
         EXPECT_TRUE(*calibrated == "yes" || *calibrated == "no") << where << ": calibrated = \"" << *calibrated << "\"";
       }

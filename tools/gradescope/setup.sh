@@ -58,3 +58,11 @@ BIN=build/labs/bin
 # into it, so each submission compiles only the student's files.
 "$BIN/ddplab" grade "$LAB" --submission "labs/$LAB" --data data/ctr-small --out /tmp/ddplab-warm --quiet || true
 rm -rf /tmp/ddplab-warm
+# Where bubblewrap cannot run (a container without user namespaces), run_autograder's grader runs
+# student programs as uid 65534 and compiles a submission as uid 65533, which the file system must
+# keep out of what only the grader may read: the solutions, their binaries and the calibration.
+# The rest of the kit stays readable; the folder holding it is traversable, not listable. The
+# grader checks all of this before each grading (docs/instructor-guide.md, "Sandbox").
+chmod -R go-rwx solutions build/labs/solutions build/labs/grader/calibration.json
+find build/labs -name '*_student_solutions.a' -exec chmod go-rwx {} +
+chmod 0711 "$(dirname "$(pwd -P)")"

@@ -75,8 +75,12 @@ struct GradeOptions {
   std::vector<std::string> only_checks;  ///< grade only checks with one of these ids, or whose name contains one
   double run_timeout_s = 0;              ///< overrides the spec's [limits] run_timeout_s (0: the spec's)
   double test_timeout_s = 0;             ///< overrides the spec's [limits] test_timeout_s (0: the spec's)
-  std::string sandbox = "auto";          ///< how student programs run: auto, bwrap or none (sandbox.h)
-  bool build = true;                     ///< (re)build the lab's targets before grading
+  std::string sandbox = "auto";          ///< how student programs run: auto, required, bwrap, user or none (sandbox.h)
+  /// What a submission must not read besides solutions/ and the calibration: the instructor's
+  /// overlays and other submissions (a batch's folder). Hidden from its build; in the
+  /// unprivileged-user sandbox, checked unreadable before grading.
+  std::vector<std::string> private_paths;
+  bool build = true;  ///< (re)build the lab's targets before grading
   bool color = false;
   bool quiet = false;  ///< no progress lines
 };
@@ -150,6 +154,10 @@ std::vector<std::string> effective_args(const RunSpec& run, const std::string& d
 /// those are failed checks. Throws ConfigError for a bad spec or options, Error if the grader
 /// itself cannot work (no build directory, cannot write results).
 LabResult grade_lab(const LabSpec& spec, const GradeOptions& options);
+
+/// A failed check that `builds_on` other exercises, one of whose checks failed (or was not
+/// attempted) too, gets a diagnosis that starts by sending the student to that exercise first.
+void blame_earlier_exercises(const LabSpec& spec, std::vector<CheckResult>& checks);
 
 /// The spec as graded with `options`: only the selected checks and the runs they read, limits
 /// overridden. Throws ConfigError if the selection matches no check.

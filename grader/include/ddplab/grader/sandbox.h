@@ -3,7 +3,11 @@
 // system folders (read-only), the program itself and the data set (read-only) and one writable
 // folder, its run folder (also its working directory and TMPDIR). Nothing else exists there: not
 // the kit's solutions/, not the build folder (calibration, the solutions' binaries and objects),
-// not other submissions, not the grader's outputs. Guide: docs/instructor-guide.md, "Sandbox".
+// not other submissions, not the grader's outputs. Where bubblewrap cannot run (a container
+// without user namespaces, such as a default Docker one) and the grader runs as root, the
+// unprivileged-user sandbox runs them as uid 65534 (nobody) instead, and compiles a submission as
+// uid 65533: the file system's permissions keep them out of what root alone may read, which the
+// grader checks before grading. Guide: docs/instructor-guide.md, "Sandbox".
 #pragma once
 
 #include <string>
@@ -13,18 +17,26 @@
 
 namespace ddplab::grader {
 
-/// --sandbox: auto (bubblewrap if it works here, else unconfined with a warning), bwrap (required:
-/// grading stops if it does not work), none.
-enum class SandboxMode { kAuto, kBwrap, kNone };
+/// --sandbox: auto (bubblewrap if it works here, else the unprivileged user if it works, else
+/// unconfined with a warning), required (one of the two, or grading stops), bwrap or user (that
+/// one, or grading stops), none.
+enum class SandboxMode { kAuto, kRequired, kBwrap, kUser, kNone };
 SandboxMode parse_sandbox_mode(const std::string& name);  ///< ConfigError for anything else
 const char* sandbox_mode_name(SandboxMode m);
+
+/// The uids of the unprivileged-user sandbox: programs run as kRunUid, a submission compiles as
+/// kCompileUid (so that what the compiler writes is not the programs' to change).
+constexpr unsigned kRunUid = 65534;
+constexpr unsigned kCompileUid = 65533;
 
 /// The sandbox of one grading job.
 struct Sandbox {
   bool enabled = false;                ///< false: programs run unconfined
+  bool as_user = false;                ///< enabled: true = unprivileged user (setpriv), false = bubblewrap
   std::string bwrap = "bwrap";         ///< the bubblewrap program
   std::vector<std::string> read_only;  ///< files and folders every confined program may read (the data set)
-  std::string note;                    ///< one line for the grader's output: how programs run
+  std::string out_dir;  ///< as_user: the grader's output folder (run folders' parents inside it made traversable)
+  std::string note;     ///< one line for the grader's output: how programs run
 };
 
 /// Why bubblewrap cannot confine a program here ("" if it can): runs `bwrap ... true` with the
@@ -33,9 +45,27 @@ struct Sandbox {
 /// not found in PATH").
 std::string bwrap_problem(const std::string& bwrap = "bwrap");
 
-/// The sandbox for `mode`. kAuto without a working bubblewrap gives a disabled sandbox whose note
-/// says why; kBwrap without one throws ddplab::Error saying why. `bwrap`: the program to use.
-Sandbox make_sandbox(SandboxMode mode, std::vector<std::string> read_only, const std::string& bwrap = "bwrap");
+/// What the unprivileged-user sandbox protects and needs.
+struct UserSandboxPaths {
+  std::vector<std::string> secrets;   ///< must not be readable (files) or listable (folders) by kRunUid
+  std::vector<std::string> readable;  ///< must be readable by kRunUid (the data set)
+  std::string out_dir;                ///< the grader's output folder: made traversable (0711), not listable
+};
+
+/// The command that runs `command` as `uid`:`uid` with no supplementary groups, no capabilities
+/// (inheritable and bounding sets cleared) and no_new_privs (setpriv, util-linux).
+std::vector<std::string> user_command(const std::vector<std::string>& command, unsigned uid = kRunUid);
+
+/// Why the unprivileged-user sandbox cannot protect `paths` here ("" if it can): the grader is not
+/// root, setpriv is missing, or kRunUid can read a secret (named, with the chmod that fixes it) or
+/// cannot read a path it needs. Makes paths.out_dir (created if missing) 0711 first.
+std::string user_problem(const UserSandboxPaths& paths);
+
+/// The sandbox for `mode`. kAuto without a working bubblewrap tries the unprivileged user, and
+/// without that gives a disabled sandbox whose note says why; kRequired, kBwrap and kUser without
+/// theirs throw ddplab::Error saying why. `bwrap`: the program to use.
+Sandbox make_sandbox(SandboxMode mode, std::vector<std::string> read_only, const UserSandboxPaths& user_paths = {},
+                     const std::string& bwrap = "bwrap");
 
 /// The bwrap command line that runs `command` confined: it sees the system folders, `read_only`,
 /// the program file (command[0], made absolute) read-only, and `writable` read-write (created if
@@ -53,8 +83,9 @@ std::vector<std::string> bwrap_build_command(const std::string& bwrap, const std
                                              const std::string& build_dir, const std::vector<std::string>& hidden);
 
 /// Confines the job `spec` describes (if `sandbox` is enabled): its command runs under bwrap with
-/// `writable` as its only writable folder, and TMPDIR points into it. `extra_read_only`: what this
-/// program also reads. Without a sandbox, only TMPDIR is set.
+/// `writable` as its only writable folder, or as kRunUid with `writable` its own (chowned, 0700;
+/// the folders above it inside the grader's output folder made traversable), and TMPDIR points
+/// into it. `extra_read_only`: what this program also reads. Without a sandbox, only TMPDIR is set.
 void confine(const Sandbox& sandbox, LaunchSpec& spec, const std::string& writable,
              const std::vector<std::string>& extra_read_only = {});
 

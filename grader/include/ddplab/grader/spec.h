@@ -48,6 +48,9 @@ struct CheckSpec {
   std::string kind;      ///< plug-in name: unit_tests, run_ok, phases, consistency, coverage, ...
   std::string name;      ///< shown to students (may be reworded; `id` stays)
   std::string exercise;  ///< the exercise it grades ("" = the whole lab)
+  /// Other exercises whose student code this check also runs (`builds_on` in TOML): when a check
+  /// of one of them fails too, this one's diagnosis says to fix that exercise first.
+  std::vector<std::string> builds_on;
   double points = 0;
   Visibility visibility = Visibility::kVisible;
   std::vector<std::string> runs;  ///< names of the runs it reads (`run` or `runs` in TOML)
