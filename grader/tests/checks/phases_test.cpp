@@ -42,6 +42,23 @@ TEST_F(PhasesCheck, NamesThePhaseThatIsNotTimed) {
                   "the backward part of the step is not timed: wrap it in timer.scope(ddplab::Phase::kBackward)"));
 }
 
+TEST_F(PhasesCheck, OverlappingTimerScopesFailInsteadOfPassing) {
+  // Every phase has time, but they add up to more than the run's wall time: a scope opened inside
+  // another times the same work twice, so the figures are not measurements.
+  auto rep = good_report();
+  rep["phases"]["backward"] = 3.0;  // 1.0 + 3.0 + 0.5 = 4.5 s in a 4.0 s run
+  add_run("r", {rep});
+  const auto r = grade("timed");
+  EXPECT_TRUE(has(r, Status::kFailed, "timer scopes overlap")) << r.diagnosis;
+  EXPECT_NE(r.observed.find("the timed phases add up to 4.500 s, more than the run's wall time 4.000 s"),
+            std::string::npos)
+      << r.observed;
+  // Within the clocks' slack (2 % and 5 ms) it still passes: 4.08 s in a 4.0 s run.
+  rep["phases"]["backward"] = 2.58;
+  add_run("r", {rep});
+  EXPECT_TRUE(has(grade("timed"), Status::kPassed));
+}
+
 TEST_F(PhasesCheck, AReportWithoutThePhaseIsMalformed) {
   add_run("r", {good_report()});
   const auto r = grade("timed_data");
