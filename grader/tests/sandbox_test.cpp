@@ -23,22 +23,23 @@ using namespace ddplab::grader;
 
 namespace {
 
-class Sandboxed : public ::testing::Test {
+/// A grading's file system in miniature under /tmp: the kit's solutions/, a calibration file,
+/// another submission, the grader's outputs with a run folder, and the data set; `sandbox_` is
+/// set by the fixtures below.
+class SandboxTree : public ::testing::Test {
  protected:
-  void SetUp() override {
-    problem_ = bwrap_problem();
-    if (!problem_.empty()) GTEST_SKIP() << "bubblewrap cannot run here: " << problem_;
-    root_ = fs::temp_directory_path() / ("ddplab_sandbox_test_" + std::to_string(::getpid()));
+  void make_tree(const std::string& name) {
+    root_ = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
     fs::remove_all(root_);
     for (const char* d : {"kit/solutions/lab09", "build/grader", "data", "out/lab09/runs/r", "batch/bob"}) {
       fs::create_directories(root_ / d);
     }
+    ::chmod(root_.c_str(), 0755);
     std::ofstream(root_ / "kit/solutions/lab09/lab09_student.cpp") << "the reference solution\n";
     std::ofstream(root_ / "build/grader/calibration.json") << "{}\n";
     std::ofstream(root_ / "batch/bob/lab09_student.cpp") << "bob's code\n";
     std::ofstream(root_ / "out/lab09/results.json") << "{}\n";
     std::ofstream(root_ / "data/meta.json") << "{\"train\": 1}\n";
-    sandbox_ = make_sandbox(SandboxMode::kBwrap, {(root_ / "data").string()});
   }
   void TearDown() override {
     if (!root_.empty()) fs::remove_all(root_);
@@ -64,45 +65,71 @@ class Sandboxed : public ::testing::Test {
   }
   std::string at(const char* rel) const { return (root_ / rel).string(); }
 
-  std::string problem_;
+  /// It reads the data and writes its run folder, its working directory.
+  void expect_reads_data_and_writes_run_folder(const std::string& first_line = "") {
+    ASSERT_TRUE(sandbox_.enabled);
+    std::string out;
+    EXPECT_EQ(sh("id -u && cat " + at("data/meta.json") + " && echo ok > rank0.json && echo t > \"$TMPDIR/x\" && pwd",
+                 &out),
+              0)
+        << out;
+    if (!first_line.empty()) EXPECT_EQ(out.rfind(first_line + "\n", 0), 0u) << out;
+    EXPECT_NE(out.find("\"train\": 1"), std::string::npos) << out;
+    EXPECT_NE(out.find(at("out/lab09/runs/r")), std::string::npos)
+        << "its working directory is the run folder: " << out;
+    EXPECT_TRUE(fs::exists(root_ / "out/lab09/runs/r/rank0.json"));
+  }
+  /// It reads none of the secrets.
+  void expect_secrets_unreadable() {
+    for (const char* secret : {"kit/solutions/lab09/lab09_student.cpp", "build/grader/calibration.json",
+                               "batch/bob/lab09_student.cpp", "out/lab09/results.json"}) {
+      std::string out;
+      EXPECT_NE(sh("cat " + at(secret), &out), 0) << secret << " is readable: " << out;
+      EXPECT_EQ(out.find("the reference solution"), std::string::npos);
+      EXPECT_EQ(out.find("bob's code"), std::string::npos);
+    }
+  }
+  /// It writes neither the grader's files, nor the data, nor the system.
+  void expect_no_write_outside() {
+    std::string out;
+    EXPECT_NE(sh("echo x > " + at("out/lab09/forged.json"), &out), 0) << out;
+    EXPECT_NE(sh("echo x > " + at("data/meta.json"), &out), 0) << out;
+    EXPECT_NE(sh("echo x > /usr/ddplab_sandbox_test", &out), 0) << out;
+    EXPECT_FALSE(fs::exists(root_ / "out/lab09/forged.json"));
+    std::ifstream meta(root_ / "data/meta.json");
+    std::string line;
+    std::getline(meta, line);
+    EXPECT_EQ(line, "{\"train\": 1}");
+  }
+
   fs::path root_;
   Sandbox sandbox_;
 };
 
-TEST_F(Sandboxed, ReadsTheDataAndWritesItsRunFolder) {
-  ASSERT_TRUE(sandbox_.enabled);
-  std::string out;
-  EXPECT_EQ(sh("cat " + at("data/meta.json") + " && echo ok > rank0.json && echo t > \"$TMPDIR/x\" && pwd", &out), 0)
-      << out;
-  EXPECT_NE(out.find("\"train\": 1"), std::string::npos) << out;
-  EXPECT_NE(out.find(at("out/lab09/runs/r")), std::string::npos) << "its working directory is the run folder: " << out;
-  EXPECT_TRUE(fs::exists(root_ / "out/lab09/runs/r/rank0.json"));
-}
+class Sandboxed : public SandboxTree {
+ protected:
+  void SetUp() override {
+    problem_ = bwrap_problem();
+    if (!problem_.empty()) GTEST_SKIP() << "bubblewrap cannot run here: " << problem_;
+    make_tree("ddplab_sandbox_test");
+    sandbox_ = make_sandbox(SandboxMode::kBwrap, {(root_ / "data").string()});
+  }
+  std::string problem_;
+};
+
+TEST_F(Sandboxed, ReadsTheDataAndWritesItsRunFolder) { expect_reads_data_and_writes_run_folder(); }
 
 TEST_F(Sandboxed, CannotReadSolutionsCalibrationOtherSubmissionsOrOutputs) {
-  for (const char* secret : {"kit/solutions/lab09/lab09_student.cpp", "build/grader/calibration.json",
-                             "batch/bob/lab09_student.cpp", "out/lab09/results.json"}) {
-    std::string out;
-    EXPECT_NE(sh("cat " + at(secret), &out), 0) << secret << " is readable: " << out;
-    EXPECT_EQ(out.find("the reference solution"), std::string::npos);
-    EXPECT_EQ(out.find("bob's code"), std::string::npos);
-  }
+  expect_secrets_unreadable();
   std::string out;
   EXPECT_NE(sh("ls " + at("kit"), &out), 0) << "the kit's folder exists in the sandbox: " << out;
   EXPECT_NE(sh("ls /root /home/* /work 2>/dev/null | grep -q . ", &out), 0) << out;
 }
 
 TEST_F(Sandboxed, CannotWriteOutsideItsRunFolder) {
-  std::string out;
-  EXPECT_NE(sh("echo x > " + at("out/lab09/forged.json"), &out), 0) << out;
-  EXPECT_NE(sh("echo x > " + at("data/meta.json"), &out), 0) << out;
-  EXPECT_NE(sh("echo x > /usr/ddplab_sandbox_test", &out), 0) << out;
-  EXPECT_FALSE(fs::exists(root_ / "out/lab09/forged.json"));
-  std::ifstream meta(root_ / "data/meta.json");
-  std::string line;
-  std::getline(meta, line);
-  EXPECT_EQ(line, "{\"train\": 1}");
+  expect_no_write_outside();
   // Nor /tmp: its TMPDIR is in the run folder.
+  std::string out;
   EXPECT_NE(sh("echo x > /tmp/ddplab_sandbox_test_tmp", &out), 0) << out;
   EXPECT_FALSE(fs::exists("/tmp/ddplab_sandbox_test_tmp"));
 }
@@ -147,22 +174,13 @@ namespace {
 // Gradescope's): the same secrets, kept out by the file system's permissions, which the
 // instructor's set-up sets (tools/gradescope/setup.sh) and the grader checks. Needs root (it
 // switches uids); skipped, saying so, otherwise.
-class UserSandboxed : public ::testing::Test {
+class UserSandboxed : public SandboxTree {
  protected:
   void SetUp() override {
-    if (::geteuid() != 0)
+    if (::geteuid() != 0) {
       GTEST_SKIP() << "the unprivileged-user sandbox needs root (this runs as uid " << ::geteuid() << ")";
-    root_ = fs::temp_directory_path() / ("ddplab_user_sandbox_test_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    for (const char* d : {"kit/solutions/lab09", "build/grader", "data", "out/lab09/runs/r", "batch/bob"}) {
-      fs::create_directories(root_ / d);
     }
-    ::chmod(root_.c_str(), 0755);
-    std::ofstream(root_ / "kit/solutions/lab09/lab09_student.cpp") << "the reference solution\n";
-    std::ofstream(root_ / "build/grader/calibration.json") << "{}\n";
-    std::ofstream(root_ / "batch/bob/lab09_student.cpp") << "bob's code\n";
-    std::ofstream(root_ / "out/lab09/results.json") << "{}\n";
-    std::ofstream(root_ / "data/meta.json") << "{\"train\": 1}\n";
+    make_tree("ddplab_user_sandbox_test");
     // What set-up and the grader do: secrets root's alone, the grader's files private.
     ::chmod(at("kit/solutions").c_str(), 0700);
     ::chmod(at("build/grader/calibration.json").c_str(), 0600);
@@ -174,54 +192,19 @@ class UserSandboxed : public ::testing::Test {
     paths_.out_dir = at("out");
     sandbox_ = make_sandbox(SandboxMode::kUser, {at("data")}, paths_);
   }
-  void TearDown() override {
-    if (!root_.empty()) fs::remove_all(root_);
-  }
-  int sh(const std::string& script, std::string* out = nullptr) {
-    ddplab::LaunchSpec spec;
-    spec.nproc = 1;
-    spec.command = {"/bin/sh", "-c", script};
-    spec.timeout_s = 30;
-    spec.prefix_output = false;
-    std::string text;
-    spec.on_line = [&](int, bool, const std::string& l) { text += l + "\n"; };
-    spec.on_message = [&](const std::string&) {};
-    confine(sandbox_, spec, at("out/lab09/runs/r"));
-    const auto r = ddplab::launch(spec);
-    if (out) *out = text;
-    return r.exit_code;
-  }
-  std::string at(const char* rel) const { return (root_ / rel).string(); }
-
-  fs::path root_;
   UserSandboxPaths paths_;
-  Sandbox sandbox_;
 };
 
 TEST_F(UserSandboxed, RunsAsNobodyReadingTheDataAndWritingItsRunFolder) {
-  ASSERT_TRUE(sandbox_.enabled);
   ASSERT_TRUE(sandbox_.as_user);
-  std::string out;
-  EXPECT_EQ(sh("id -u && cat " + at("data/meta.json") + " && echo ok > rank0.json && echo t > \"$TMPDIR/x\" && pwd",
-               &out),
-            0)
-      << out;
-  EXPECT_EQ(out.rfind(std::to_string(kRunUid) + "\n", 0), 0u) << out;
-  EXPECT_NE(out.find("\"train\": 1"), std::string::npos) << out;
-  EXPECT_NE(out.find(at("out/lab09/runs/r")), std::string::npos) << "its working directory is the run folder: " << out;
+  expect_reads_data_and_writes_run_folder(std::to_string(kRunUid));
   struct stat st {};
   ASSERT_EQ(::stat(at("out/lab09/runs/r/rank0.json").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, kRunUid);
 }
 
 TEST_F(UserSandboxed, CannotReadSolutionsCalibrationOtherSubmissionsOrOutputs) {
-  for (const char* secret : {"kit/solutions/lab09/lab09_student.cpp", "build/grader/calibration.json",
-                             "batch/bob/lab09_student.cpp", "out/lab09/results.json"}) {
-    std::string out;
-    EXPECT_NE(sh("cat " + at(secret), &out), 0) << secret << " is readable: " << out;
-    EXPECT_EQ(out.find("the reference solution"), std::string::npos);
-    EXPECT_EQ(out.find("bob's code"), std::string::npos);
-  }
+  expect_secrets_unreadable();
   std::string out;
   EXPECT_NE(sh("ls " + at("kit/solutions"), &out), 0) << out;
   EXPECT_NE(sh("ls " + at("out"), &out), 0) << "the grader's output folder is listable: " << out;
@@ -229,11 +212,7 @@ TEST_F(UserSandboxed, CannotReadSolutionsCalibrationOtherSubmissionsOrOutputs) {
 }
 
 TEST_F(UserSandboxed, CannotWriteTheGradersFilesTheDataOrTheSystem) {
-  std::string out;
-  EXPECT_NE(sh("echo x > " + at("out/lab09/forged.json"), &out), 0) << out;
-  EXPECT_NE(sh("echo x > " + at("data/meta.json"), &out), 0) << out;
-  EXPECT_NE(sh("echo x > /usr/ddplab_sandbox_test", &out), 0) << out;
-  EXPECT_FALSE(fs::exists(root_ / "out/lab09/forged.json"));
+  expect_no_write_outside();
   // No capabilities, and no way back to root (no_new_privs: a setuid-root program gains nothing).
   EXPECT_EQ(sh("grep -q '^CapEff:[[:space:]]*0000000000000000$' /proc/self/status"), 0);
   EXPECT_EQ(sh("grep -q '^NoNewPrivs:[[:space:]]*1$' /proc/self/status"), 0);
