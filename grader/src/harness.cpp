@@ -153,7 +153,8 @@ std::string build_targets(const GradeOptions& o, const std::vector<std::string>&
   if (sandbox != nullptr && sandbox->enabled && sandbox->as_user) {
     // Ninja runs as root; the submission's compiler, through the slot's launcher
     // (grader/compile-as-student, labs/CMakeLists.txt), as kCompileUid.
-    cmd.insert(cmd.begin(), {"env", fmt::format("DDPLAB_SANDBOX_COMPILE_UID={}", kCompileUid)});
+    cmd.insert(cmd.begin(), {"env", fmt::format("DDPLAB_SANDBOX_COMPILE_UID={}", kCompileUid),
+                             "DDPLAB_SANDBOX_RUN_AS=" + sandbox->run_as});
   } else if (sandbox != nullptr && sandbox->enabled) {
     // CMake's own regeneration (new files in the slot re-run its globs) reads the kit, solutions/
     // included, and runs no student code: done first, unconfined; then only compiling is left.

@@ -1,6 +1,6 @@
 // Confining student programs with bubblewrap: an allow-list file system (system folders, the
 // program, the data set, one writable run folder), own PID/IPC/UTS namespaces, no capabilities.
-// Where bubblewrap cannot run and the grader is root: an unprivileged user (setpriv) that the
+// Where bubblewrap cannot run and the grader is root: an unprivileged user (ddplab-run-as) that the
 // file system's permissions keep out of solutions/, the calibration and the grader's outputs.
 #include "ddplab/grader/sandbox.h"
 
@@ -69,20 +69,20 @@ const char* sandbox_mode_name(SandboxMode m) {
   return "auto";
 }
 
-std::vector<std::string> user_command(const std::vector<std::string>& command, unsigned uid) {
-  std::vector<std::string> c = {"setpriv",
-                                fmt::format("--reuid={}", uid),
-                                fmt::format("--regid={}", uid),
-                                "--clear-groups",
-                                "--inh-caps=-all",
-                                "--bounding-set=-all",
-                                "--no-new-privs",
-                                "--"};
+std::string default_run_as() {
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "ddplab-run-as" : (self.parent_path() / "ddplab-run-as").string();
+}
+
+std::vector<std::string> user_command(const std::vector<std::string>& command, unsigned uid,
+                                      const std::string& run_as) {
+  std::vector<std::string> c = {run_as, std::to_string(uid), "--"};
   c.insert(c.end(), command.begin(), command.end());
   return c;
 }
 
-std::string user_problem(const UserSandboxPaths& paths) {
+std::string user_problem(const UserSandboxPaths& paths, const std::string& run_as) {
   if (::geteuid() != 0) {
     return fmt::format("the grader runs as uid {}, and only root can run programs as another user", ::geteuid());
   }
@@ -107,7 +107,9 @@ std::string user_problem(const UserSandboxPaths& paths) {
   }
   LaunchSpec spec;
   spec.nproc = 1;
-  spec.command = user_command(args, kRunUid);
+  if (!fs::exists(run_as))
+    return fmt::format("{} not found (it is built with the grader: target ddplab_run_as)", run_as);
+  spec.command = user_command(args, kRunUid, run_as);
   spec.timeout_s = 30;
   spec.prefix_output = false;
   std::string out;
@@ -117,11 +119,11 @@ std::string user_problem(const UserSandboxPaths& paths) {
   try {
     r = launch(spec);
   } catch (const Error& e) {
-    return e.what();  // "launch: program 'setpriv' not found in PATH"
+    return e.what();
   }
   if (r.exit_code != 0) {
-    // setpriv's own error: "setresgid failed: Operation not permitted" under a fake root (proot -0)
-    return fmt::format("setpriv cannot switch to uid {}: {}", kRunUid,
+    // its own error: "cannot switch to uid 65534: Operation not permitted" under a fake root (proot -0)
+    return fmt::format("{} cannot run a program as uid {}: {}", run_as, kRunUid,
                        out.empty() ? r.summary : out.substr(0, out.find_last_not_of('\n') + 1));
   }
   std::vector<std::string> problems;
@@ -243,7 +245,7 @@ std::string bwrap_problem(const std::string& bwrap) {
 }
 
 Sandbox make_sandbox(SandboxMode mode, std::vector<std::string> read_only, const UserSandboxPaths& user_paths,
-                     const std::string& bwrap) {
+                     const std::string& bwrap, const std::string& run_as) {
   Sandbox s;
   s.bwrap = bwrap;
   s.read_only = std::move(read_only);
@@ -268,10 +270,11 @@ Sandbox make_sandbox(SandboxMode mode, std::vector<std::string> read_only, const
           bwrap_why));
     }
   }
-  const std::string user_why = user_problem(user_paths);
+  const std::string user_why = user_problem(user_paths, run_as);
   if (user_why.empty()) {
     s.enabled = true;
     s.as_user = true;
+    s.run_as = run_as;
     s.out_dir = absolute(user_paths.out_dir);
     s.note = fmt::format(
         "sandbox: student programs run as uid {} and a submission compiles as uid {}{}; neither can read solutions/, "
@@ -326,7 +329,7 @@ void confine(const Sandbox& sandbox, LaunchSpec& spec, const std::string& writab
     spec.extra_env["HOME"] = w.string();
     std::vector<std::string> in_run_folder = {"env", "--chdir=" + w.string()};  // its working directory, as in bwrap
     in_run_folder.insert(in_run_folder.end(), spec.command.begin(), spec.command.end());
-    spec.command = user_command(in_run_folder, kRunUid);
+    spec.command = user_command(in_run_folder, kRunUid, sandbox.run_as);
     return;
   }
   std::vector<std::string> readable = sandbox.read_only;
@@ -335,7 +338,7 @@ void confine(const Sandbox& sandbox, LaunchSpec& spec, const std::string& writab
 }
 
 void restore_signals(const Sandbox& sandbox, LaunchResult& result) {
-  if (!sandbox.enabled || sandbox.as_user) return;  // setpriv execs the program: its signals are its own
+  if (!sandbox.enabled || sandbox.as_user) return;  // ddplab-run-as execs the program: its signals are its own
   for (auto& r : result.ranks) {
     if (r.signal != 0 || r.exit_code <= 128 || r.exit_code > 128 + 64) continue;
     const int sig = r.exit_code - 128;

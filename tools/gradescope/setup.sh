@@ -40,6 +40,22 @@ if [ "${ID:-}" != debian ] || [ "${VERSION_ID:-}" != 12 ]; then
     echo "setup.sh: chroot is not allowed here; installing through proot (apt warns that it cannot read its keys)"
     proot -0 -R "$DEBIAN_ROOT" /bin/bash /root/ddplab-setup-debian.sh
   fi
+  # proot starts every program through a loader it writes to a temporary file only root may run;
+  # a program the grader's sandbox runs as another uid could not start. run_autograder names this
+  # copy, which anyone may run, in PROOT_LOADER.
+  if [ ! -x /opt/ddplab-proot-loader ]; then
+    t=$(mktemp -d)
+    PROOT_TMP_DIR=$t proot -R "$DEBIAN_ROOT" /bin/sleep 3 &
+    for _ in $(seq 50); do
+      loader=$(ls "$t"/prooted-* 2>/dev/null | head -1)
+      [ -n "$loader" ] && cp "$loader" "$t/loader" && break
+      sleep 0.1
+    done
+    wait
+    [ -s "$t/loader" ] || { echo "setup.sh: could not copy proot's loader" >&2; exit 1; }
+    install -m 0755 "$t/loader" /opt/ddplab-proot-loader
+    rm -rf "$t"
+  fi
   # -R binds /proc, /dev, /sys, /tmp and the host's name resolution; -0: the kit's set-up sees
   # root where the build does not run as root.
   exec proot -0 -R "$DEBIAN_ROOT" -b "$KIT" -w "$KIT" /usr/bin/env DDPLAB_KIT="$KIT" \

@@ -6,8 +6,9 @@
 // not other submissions, not the grader's outputs. Where bubblewrap cannot run (a container
 // without user namespaces, such as a default Docker one) and the grader runs as root, the
 // unprivileged-user sandbox runs them as uid 65534 (nobody) instead, and compiles a submission as
-// uid 65533: the file system's permissions keep them out of what root alone may read, which the
-// grader checks before grading. Guide: docs/instructor-guide.md, "Sandbox".
+// uid 65533 (through ddplab-run-as, tools/run_as.cpp): the file system's permissions keep them
+// out of what root alone may read, which the grader checks before grading. Guide:
+// docs/instructor-guide.md, "Sandbox".
 #pragma once
 
 #include <string>
@@ -32,10 +33,11 @@ constexpr unsigned kCompileUid = 65533;
 /// The sandbox of one grading job.
 struct Sandbox {
   bool enabled = false;                ///< false: programs run unconfined
-  bool as_user = false;                ///< enabled: true = unprivileged user (setpriv), false = bubblewrap
+  bool as_user = false;                ///< enabled: true = unprivileged user (ddplab-run-as), false = bubblewrap
   std::string bwrap = "bwrap";         ///< the bubblewrap program
   std::vector<std::string> read_only;  ///< files and folders every confined program may read (the data set)
   std::string out_dir;  ///< as_user: the grader's output folder (run folders' parents inside it made traversable)
+  std::string run_as;   ///< as_user: the ddplab-run-as program
   std::string note;     ///< one line for the grader's output: how programs run
 };
 
@@ -52,20 +54,23 @@ struct UserSandboxPaths {
   std::string out_dir;                ///< the grader's output folder: made traversable (0711), not listable
 };
 
+/// The kit's ddplab-run-as next to the running program (<build>/bin/ddplab-run-as).
+std::string default_run_as();
+
 /// The command that runs `command` as `uid`:`uid` with no supplementary groups, no capabilities
-/// (inheritable and bounding sets cleared) and no_new_privs (setpriv, util-linux).
-std::vector<std::string> user_command(const std::vector<std::string>& command, unsigned uid = kRunUid);
+/// and no_new_privs: `run_as` (ddplab-run-as) UID -- command.
+std::vector<std::string> user_command(const std::vector<std::string>& command, unsigned uid, const std::string& run_as);
 
 /// Why the unprivileged-user sandbox cannot protect `paths` here ("" if it can): the grader is not
-/// root, setpriv is missing, or kRunUid can read a secret (named, with the chmod that fixes it) or
-/// cannot read a path it needs. Makes paths.out_dir (created if missing) 0711 first.
-std::string user_problem(const UserSandboxPaths& paths);
+/// root, `run_as` is missing or cannot switch, or kRunUid can read a secret (named, with the chmod
+/// that fixes it) or cannot read a path it needs. Makes paths.out_dir (created if missing) 0711 first.
+std::string user_problem(const UserSandboxPaths& paths, const std::string& run_as = default_run_as());
 
 /// The sandbox for `mode`. kAuto without a working bubblewrap tries the unprivileged user, and
 /// without that gives a disabled sandbox whose note says why; kRequired, kBwrap and kUser without
 /// theirs throw ddplab::Error saying why. `bwrap`: the program to use.
 Sandbox make_sandbox(SandboxMode mode, std::vector<std::string> read_only, const UserSandboxPaths& user_paths = {},
-                     const std::string& bwrap = "bwrap");
+                     const std::string& bwrap = "bwrap", const std::string& run_as = default_run_as());
 
 /// The bwrap command line that runs `command` confined: it sees the system folders, `read_only`,
 /// the program file (command[0], made absolute) read-only, and `writable` read-write (created if
