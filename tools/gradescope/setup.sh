@@ -45,9 +45,10 @@ if [ "${ID:-}" != debian ] || [ "${VERSION_ID:-}" != 12 ]; then
   # copy, which anyone may run, in PROOT_LOADER.
   if [ ! -x /opt/ddplab-proot-loader ]; then
     t=$(mktemp -d)
-    PROOT_TMP_DIR=$t proot -R "$DEBIAN_ROOT" /bin/sleep 3 &
+    proot -R "$DEBIAN_ROOT" /bin/sleep 3 &
+    pid=$!  # its loader is /tmp/prooted-<pid>-XXXXXX while it runs (Ubuntu's proot 5.1 ignores PROOT_TMP_DIR)
     for _ in $(seq 50); do
-      loader=$(ls "$t"/prooted-* 2>/dev/null | head -1)
+      loader=$(find /tmp -maxdepth 1 -name "prooted-$pid-*" -print -quit)
       [ -n "$loader" ] && cp "$loader" "$t/loader" && break
       sleep 0.1
     done
