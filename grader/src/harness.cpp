@@ -387,6 +387,7 @@ void blame_earlier_exercises(const LabSpec& spec, std::vector<CheckResult>& chec
         std::find_if(spec.checks.begin(), spec.checks.end(), [&](const CheckSpec& x) { return x.id == r.id; });
     if (r.status != Status::kFailed || c == spec.checks.end()) continue;
     for (const auto& ex : c->builds_on) {
+      if (r.diagnosis.find(fmt::format("finish {} first", ex)) != std::string::npos) break;  // said already
       const auto failed = std::find_if(checks.begin(), checks.end(), [&](const CheckResult& c) {
         return c.exercise == ex && (c.status == Status::kFailed || c.status == Status::kNotAttempted);
       });
@@ -810,6 +811,19 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     r.seconds = seconds_since(t);
     name_sandbox_cause(sandbox, o, bin, r);
     apply_forbidden(forbidden, r);
+    if (r.status == Status::kNotAttempted && !r.exercise.empty() && edited(r.exercise) != nullptr) {
+      // Written, but it runs an exercise it builds on that is still a stub: that one comes first.
+      for (const auto& ex : c.builds_on) {
+        const ExerciseProgress* dep = edited(ex);
+        if (dep != nullptr && dep->stubs.empty()) continue;
+        r.status = Status::kFailed;
+        r.score = 0;
+        r.diagnosis =
+            fmt::format("this check also runs exercise {}, which still holds NotImplemented stubs: finish {} first", ex,
+                        ex);
+        break;
+      }
+    }
     if (r.status == Status::kNotAttempted && !r.exercise.empty()) {
       if (const ExerciseProgress* p = edited(r.exercise)) {
         // Half an exercise: some of its regions were written, and what it runs still reaches a stub.

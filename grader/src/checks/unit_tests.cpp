@@ -93,6 +93,7 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   int tests = 0, failed = 0, not_impl = 0, plain = 0;  // plain: failed without reaching any stub
   std::string details;
   std::set<std::string> other_stubs;   // other exercises' stubs the tests reached
+  std::set<std::string> needed_stubs;  // stubs of the exercises this check builds on that they reached
   std::vector<std::string> diagnoses;  // per failing test, in order, each once
   const auto map = c.texts("test_diagnoses");
   bool unmapped = false;
@@ -106,7 +107,15 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
       for (const auto& f : failures) msg += f.value("failure", "") + "\n";
       const std::string name = suite.value("name", "") + "." + t.value("name", "");
       const auto stubs = stubs_reached(msg);
-      const bool own_stub = c.exercise.empty() ? !stubs.empty() : stubs.count(c.exercise) > 0;
+      // Its own exercise's stub, or the stub of an exercise it builds on (its tests run that code
+      // first): either way nothing here can be judged yet.
+      bool own_stub = c.exercise.empty() ? !stubs.empty() : stubs.count(c.exercise) > 0;
+      for (const auto& ex : c.builds_on) {
+        if (stubs.count(ex) > 0) {
+          own_stub = true;
+          needed_stubs.insert(ex);
+        }
+      }
       if (own_stub) {
         ++not_impl;
       } else {
@@ -138,6 +147,10 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
     r.status = Status::kNotAttempted;
     r.observed = fmt::format("{} of {} test(s) reach a NotImplemented stub", failed, tests);
     r.diagnosis = c.exercise.empty() ? "implement the exercise" : fmt::format("exercise {} not attempted", c.exercise);
+    if (!needed_stubs.empty()) {
+      r.diagnosis += fmt::format(" (its tests also run exercise {}, not implemented yet)",
+                                 join(std::vector<std::string>(needed_stubs.begin(), needed_stubs.end()), " and "));
+    }
     r.details = details.substr(0, 4000);
   } else {
     // What failed, most specific first: another exercise's missing code (this exercise's own stub

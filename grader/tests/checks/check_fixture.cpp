@@ -37,7 +37,7 @@ std::string CheckTest::write(const std::string& name, const std::string& text) {
 void CheckTest::load(const std::string& body) {
   spec_ = load_spec(write("grade.toml",
                           "[lab]\ntitle = \"t\"\nfolder = \"lab09_x\"\nprogram = \"lab09_x\"\n"
-                          "manifest = [\"lab09_student.cpp\"]\nexercises = [\"09.1\"]\n\n" +
+                          "manifest = [\"lab09_student.cpp\"]\nexercises = [\"09.1\", \"09.2\"]\n\n" +
                               body));
 }
 

@@ -62,6 +62,15 @@ filter = "Other.*"
 points = 5
 
 [[check]]
+id = "builds"
+kind = "unit_tests"
+name = "a check that builds on 09.2"
+exercise = "09.1"
+builds_on = ["09.2"]
+filter = "Other.*"
+points = 5
+
+[[check]]
 id = "both"
 kind = "unit_tests"
 name = "this and an earlier exercise's stubs"
@@ -121,6 +130,10 @@ TEST_F(UnitTestsCheck, NotAttemptedIsDecidedByTheStubsExerciseId) {
   // A 09.1 check whose test stops at 09.2's stub: 09.1 was attempted; what is missing is 09.2.
   const auto other = grade("other");
   EXPECT_TRUE(has(other, Status::kFailed, "these tests need exercise 09.2, which is not implemented yet"));
+  // The same test, in a check that declares it builds on 09.2: 09.2 is missing, so nothing here can
+  // be judged yet (the grader makes it "failed: finish 09.2 first" when 09.1's regions were edited).
+  EXPECT_TRUE(has(grade("builds"), Status::kNotAttempted,
+                  "exercise 09.1 not attempted (its tests also run exercise 09.2, not implemented yet)"));
   // 09.1 still a stub, and its other test stops at 09.2's: nothing of 09.1 attempted.
   EXPECT_TRUE(has(grade("both"), Status::kNotAttempted, "exercise 09.1 not attempted"));
   // One test at 09.1's stub, another failing on its own: half an exercise, attempted and failing.
