@@ -623,9 +623,9 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
   for (const auto& run : spec.runs) {
     if (!run.data.empty()) data_dirs.push_back(run.data);
   }
+  const std::string calibration_path = o.calibration.empty() ? default_calibration_path(o.build_dir) : o.calibration;
   UserSandboxPaths user_paths;  // for the unprivileged-user sandbox, where bubblewrap cannot run
-  user_paths.secrets = {(fs::path(o.source_dir) / "solutions").string(),
-                        o.calibration.empty() ? default_calibration_path(o.build_dir) : o.calibration};
+  user_paths.secrets = {(fs::path(o.source_dir) / "solutions").string(), calibration_path};
   user_paths.secrets.insert(user_paths.secrets.end(), o.private_paths.begin(), o.private_paths.end());
   const auto targets = load_targets(o.build_dir);
   if (o.tree != "solutions" && targets.contains(spec.program + "/solutions")) {
@@ -756,9 +756,7 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     return it != progress.end() && it->second.edited > 0 ? &it->second : nullptr;
   };
 
-  const Calibration calibration =
-      load_calibration(o.calibration.empty() ? default_calibration_path(o.build_dir) : o.calibration,
-                       calibration_key(o.data_dir));
+  const Calibration calibration = load_calibration(calibration_path, calibration_key(o.data_dir));
   // As another uid, the programs would read whatever the grader writes from here on with a
   // permissive umask (logs, earlier results): the built binaries are in place, so from now on
   // what it writes is its own; each run folder is handed over (confine).

@@ -47,6 +47,26 @@ bool in_system(const std::string& p) {
   return false;
 }
 
+/// Runs a probe `command` (30 s at most), its output in `out`: "" if it exited 0, else what went
+/// wrong — its own output, trimmed, or the launcher's summary or error ("program 'bwrap' not
+/// found in PATH").
+std::string run_probe(const std::vector<std::string>& command, std::string& out) {
+  LaunchSpec spec;
+  spec.nproc = 1;
+  spec.command = command;
+  spec.timeout_s = 30;
+  spec.prefix_output = false;
+  spec.on_line = [&](int, bool, const std::string& l) { out += l + "\n"; };
+  spec.on_message = [&](const std::string&) {};
+  try {
+    const LaunchResult r = launch(spec);
+    if (r.exit_code == 0) return "";
+    return out.empty() ? r.summary : out.substr(0, out.find_last_not_of('\n') + 1);
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
 }  // namespace
 
 SandboxMode parse_sandbox_mode(const std::string& name) {
@@ -87,6 +107,9 @@ std::string user_problem(const UserSandboxPaths& paths, const std::string& run_a
     return fmt::format("the grader runs as uid {}, and only root can run programs as another user", ::geteuid());
   }
   if (paths.secrets.empty() || paths.out_dir.empty()) return "no secrets or output folder were named to protect";
+  if (!fs::exists(run_as)) {
+    return fmt::format("{} not found (it is built with the grader: target ddplab_run_as)", run_as);
+  }
   std::vector<std::string> args = {"/bin/sh", "-c",
                                    // s: must not be readable; n: must be; x: must be traversable
                                    "m=s; for p; do case \"$p\" in ::n|::x) m=${p#::}; continue;; esac; "
@@ -97,34 +120,15 @@ std::string user_problem(const UserSandboxPaths& paths, const std::string& run_a
   for (const auto& p : paths.secrets) args.push_back(absolute(p));
   args.push_back("::n");
   for (const auto& p : paths.readable) args.push_back(absolute(p));
-  if (!paths.out_dir.empty()) {
-    const std::string out = absolute(paths.out_dir);
-    std::error_code ec;
-    fs::create_directories(out, ec);
-    ::chmod(out.c_str(), 0711);  // its run folders' parent: reachable, not listable
-    args.push_back("::x");
-    args.push_back(out);
-  }
-  LaunchSpec spec;
-  spec.nproc = 1;
-  if (!fs::exists(run_as))
-    return fmt::format("{} not found (it is built with the grader: target ddplab_run_as)", run_as);
-  spec.command = user_command(args, kRunUid, run_as);
-  spec.timeout_s = 30;
-  spec.prefix_output = false;
+  const std::string out_dir = absolute(paths.out_dir);
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  ::chmod(out_dir.c_str(), 0711);  // its run folders' parent: reachable, not listable
+  args.insert(args.end(), {"::x", out_dir});
   std::string out;
-  spec.on_line = [&](int, bool, const std::string& l) { out += l + "\n"; };
-  spec.on_message = [&](const std::string&) {};
-  LaunchResult r;
-  try {
-    r = launch(spec);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  if (r.exit_code != 0) {
+  if (const std::string why = run_probe(user_command(args, kRunUid, run_as), out); !why.empty()) {
     // its own error: "cannot switch to uid 65534: Operation not permitted" under a fake root (proot -0)
-    return fmt::format("{} cannot run a program as uid {}: {}", run_as, kRunUid,
-                       out.empty() ? r.summary : out.substr(0, out.find_last_not_of('\n') + 1));
+    return fmt::format("{} cannot run a program as uid {}: {}", run_as, kRunUid, why);
   }
   std::vector<std::string> problems;
   std::istringstream in(out);
@@ -143,9 +147,7 @@ std::string user_problem(const UserSandboxPaths& paths, const std::string& run_a
           fmt::format("uid {} cannot reach the output folder {} (each folder above it needs o+x)", kRunUid, p));
     }
   }
-  std::string joined;
-  for (const auto& p : problems) joined += (joined.empty() ? "" : "; ") + p;
-  return joined;
+  return fmt::format("{}", fmt::join(problems, "; "));
 }
 
 std::vector<std::string> bwrap_command(const std::string& bwrap, const std::vector<std::string>& command,
@@ -221,24 +223,9 @@ std::vector<std::string> bwrap_build_command(const std::string& bwrap, const std
 }
 
 std::string bwrap_problem(const std::string& bwrap) {
-  LaunchSpec spec;
-  spec.nproc = 1;
   const fs::path probe = fs::temp_directory_path() / fmt::format("ddplab-sandbox-probe-{}", ::getpid());
-  spec.command = bwrap_command(bwrap, {"/bin/true"}, {}, probe.string());
-  spec.timeout_s = 30;
-  spec.prefix_output = false;
   std::string out;
-  spec.on_line = [&](int, bool, const std::string& l) { out += l + "\n"; };
-  spec.on_message = [&](const std::string&) {};
-  std::string problem;
-  try {
-    const LaunchResult r = launch(spec);
-    if (r.exit_code != 0) {
-      problem = out.empty() ? r.summary : out.substr(0, out.find_last_not_of('\n') + 1);
-    }
-  } catch (const Error& e) {
-    problem = e.what();  // "launch: program 'bwrap' not found in PATH"
-  }
+  const std::string problem = run_probe(bwrap_command(bwrap, {"/bin/true"}, {}, probe.string()), out);
   std::error_code ec;
   fs::remove_all(probe, ec);
   return problem;
