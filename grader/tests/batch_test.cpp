@@ -207,6 +207,55 @@ TEST_F(Batch, CalibrationStoresEachFigureByLabAndCheckId) {
   EXPECT_NE(printed.find("calibration written to " + path), std::string::npos);
 }
 
+TEST_F(Batch, CalibrationStoresTheMedianOfThreeMeasurementsOfATimingFigure) {
+  write_meta("data", small_meta());
+  GradeOptions o;
+  o.data_dir = (dir_ / "data").string();
+  o.out_dir = (dir_ / "out").string();
+  // A lab with one statistical check (auc, measured once) and one timing check (scaling): the
+  // scaling figure of each grading differs, as on a shared machine, the first one lucky.
+  LabSpec lab09 = lab("lab09_capstone", 10);
+  lab09.checks[0].id = "learns";
+  lab09.checks[0].kind = "auc";
+  CheckSpec scales;
+  scales.id = "scales";
+  scales.kind = "scaling";
+  lab09.checks.push_back(scales);
+  const std::vector<double> efficiency = {0.627, 0.479, 0.500};
+  std::vector<GradeOptions> seen;
+  const GradeFn fake = [&](const std::vector<LabSpec>& specs, const GradeOptions& go) {
+    LabResult r = result(specs.at(0).id, 10, 10);
+    for (const auto& id : go.only_checks) {
+      CheckResult c;
+      c.id = id;
+      c.kind = id == "scales" ? "scaling" : "auc";
+      c.figure = id == "scales" ? efficiency.at(seen.size()) : 0.7512;
+      r.checks.push_back(c);
+    }
+    seen.push_back(go);
+    return std::vector<LabResult>{r};
+  };
+  const std::string path = (dir_ / "calibration.json").string();
+  std::string printed;
+  const auto cal = calibrate(
+      {lab09}, o, path, [&](const std::string& s) { printed += s; }, fake);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0].only_checks, (std::vector<std::string>{"learns", "scales"}));
+  for (size_t k = 1; k < seen.size(); ++k) {
+    EXPECT_EQ(seen[k].only_checks, std::vector<std::string>{"scales"}) << "measurement " << k + 1;
+  }
+  for (const auto& go : seen) EXPECT_EQ(go.timing_attempts, 1) << "calibration must not re-measure on failure";
+  EXPECT_DOUBLE_EQ(*cal.get("lab09_capstone", "scales"), 0.500);  // the median, not the lucky first
+  EXPECT_DOUBLE_EQ(*cal.get("lab09_capstone", "learns"), 0.7512);
+  const auto saved = load_calibration(path, calibration_key(o.data_dir));
+  EXPECT_DOUBLE_EQ(*saved.get("lab09_capstone", "scales"), 0.500);
+  EXPECT_EQ(saved.measurements.at("lab09_capstone/scales"), nlohmann::json(efficiency));
+  EXPECT_FALSE(saved.measurements.contains("lab09_capstone/learns"));
+  EXPECT_NE(printed.find("lab09_capstone/scales (): 0.5000, the median of 3 measurements: 0.6270, 0.4790, 0.5000"),
+            std::string::npos)
+      << printed;
+}
+
 TEST_F(Batch, CalibrationIsKeyedByProcessorCoresAndDataContentNotHostOrPath) {
   // A Gradescope container gets a new host name each time, and the data set may lie elsewhere:
   // neither may void a calibration. Another data set must.

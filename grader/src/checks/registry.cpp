@@ -35,6 +35,10 @@ const CheckKind* find_kind(const std::string& name) {
   return nullptr;
 }
 
+bool is_timing_kind(const std::string& kind) {
+  return kind == "scaling" || kind == "exposed_comm" || kind == "data_wait";
+}
+
 namespace {
 
 bool has_type(const nlohmann::json& v, ParamType t) {

@@ -16,8 +16,12 @@ void check_scaling(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   const auto [ref, source] = reference_figure(c, ctx);
   const double rel = c.number("min_relative");
   // Samples the ranks processed more than once across the job: work that the efficiency does not
-  // count, so a failure here is the overlap, whatever the machine.
+  // count. Counted exactly (from the sample bitmaps), more than 5% repeats fails the check whatever
+  // the timing says: where the reference's own efficiency is low (lab 03 on 2 cores: about 0.4),
+  // halving it with overlapping shards can still clear 80% of it in a quiet moment, and a grade
+  // must not hang on that.
   const uint64_t repeated = uN.processed > uN.unique ? uN.processed - uN.unique : 0;
+  const bool repeats = uN.exact && repeated * 20 > uN.processed;
   const std::string counted =
       fmt::format("{} run: {} distinct of {} samples processed{}", c.runs[1], uN.unique, uN.processed,
                   uN.exact ? "" : " (at most: the reports carry no sample bitmaps)");
@@ -25,14 +29,27 @@ void check_scaling(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
       "unique samples/s: {:.0f} on 1 rank, {:.0f} on {} ranks -> efficiency {:.3f}; "
       "reference {:.3f} from {}; required >= {:.0f}% of it; {}",
       u1.rate, uN.rate, many.ranks, eff, ref, source, 100 * rel, counted);
-  if (eff >= ref * rel) {
+  const bool fast_enough = eff >= ref * rel;
+  if (fast_enough && !repeats) {
     pass(r, obs);
-  } else if (uN.exact && !uN.replicated && repeated * 20 > uN.processed) {
+  } else if (repeats) {
+    const double share = 100.0 * static_cast<double>(repeated) / static_cast<double>(uN.processed);
+    const std::string what =
+        uN.replicated ? fmt::format(
+                            "in an epoch every rank trained on the same samples: {:.0f}% of the samples the ranks "
+                            "processed were repeats, work that does not count; give each rank its own shard "
+                            "(a DistributedSampler, with set_epoch)",
+                            share)
+                      : fmt::format(
+                            "{:.0f}% of the samples the ranks processed were repeats of samples another rank (or "
+                            "the same rank) already trained on in that epoch: work that does not count; the shards "
+                            "overlap or the ranks repeat each other's work",
+                            share);
     fail(r, obs,
-         fmt::format("{:.0f}% of the samples the ranks processed were repeats of samples another rank (or the same "
-                     "rank) already trained on in that epoch: work that does not count; the shards overlap or "
-                     "the ranks repeat each other's work",
-                     100.0 * static_cast<double>(repeated) / static_cast<double>(uN.processed)));
+         fast_enough ? what +
+                           "; the efficiency alone clears the bar on this machine, where the reference's own is "
+                           "low, so the repeats are what fails the check"
+                     : what);
   } else {
     fail(r, obs, c.diagnosis);
   }
@@ -44,7 +61,8 @@ const CheckKind kScaling =
     {"scaling",
      "unique samples/s efficiency (distinct samples from the ranks' sample bitmaps, else their digests, over the "
      "slowest rank's wall time) >= "
-     "`min_relative` x the reference's",
+     "`min_relative` x the reference's, and at most 5% of the samples processed are repeats (counted exactly "
+     "from the bitmaps)",
      RunArity::kTwo,
      {{"min_relative", ParamType::kNumber, 0.8, "the share of the reference's efficiency required"},
       {"reference", ParamType::kNumber, nullptr, "the reference efficiency where this machine is not calibrated",

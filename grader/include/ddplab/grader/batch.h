@@ -65,7 +65,9 @@ std::vector<std::string> calibration_gaps(const std::vector<LabSpec>& specs, con
 /// Grades the reference solutions (tree "solutions", results under options.out_dir/calibration)
 /// on their calibrated checks only (only the runs those read are made; a lab without one is
 /// skipped) and writes their figures for this machine and data set to `path`, keeping other labs'
-/// figures; returns the calibration. Warns through `print` when a solution fails one of them here.
+/// figures; returns the calibration. A timing figure (is_timing_kind) is the median of three
+/// measurements, each graded without re-measuring on failure, and all three are stored too.
+/// Warns through `print` when a solution fails one of them here.
 Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, const std::string& path,
                       const PrintFn& print, const GradeFn& grade = grade_labs);
 

@@ -73,6 +73,9 @@ struct CheckKind {
 const std::vector<const CheckKind*>& check_registry();
 /// The kind named `name`, or nullptr.
 const CheckKind* find_kind(const std::string& name);
+/// Whether a kind's figure is a time or a throughput ratio (scaling, exposed_comm, data_wait),
+/// which a shared machine makes noisy; the other kinds' figures are exact or statistical.
+bool is_timing_kind(const std::string& kind);
 
 /// Validates a parsed [[check]] against its kind and fills in every parameter's default, so a
 /// check reads each declared parameter with the typed accessors of CheckSpec. Throws ConfigError

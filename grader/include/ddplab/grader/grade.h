@@ -80,6 +80,10 @@ struct GradeOptions {
   /// overlays and other submissions (a batch's folder). Hidden from its build; in the
   /// unprivileged-user sandbox, checked unreadable before grading.
   std::vector<std::string> private_paths;
+  /// How often a failed timing check (scaling, exposed_comm, data_wait) is measured in all before
+  /// it counts as failed: its runs are made again each time. calibrate() sets 1 and takes the
+  /// median of several measurements itself (a retry on failure would keep only lucky figures).
+  int timing_attempts = 3;
   bool build = true;  ///< (re)build the lab's targets before grading
   bool color = false;
   bool quiet = false;  ///< no progress lines
@@ -90,6 +94,9 @@ struct GradeOptions {
 struct Calibration {
   std::string machine;
   nlohmann::json values = nlohmann::json::object();  ///< "<lab id>/<check id>" -> figure
+  /// "<lab id>/<check id>" -> every measurement of a timing figure, whose median `values` holds
+  /// (for the instructor to see the spread; grading reads only `values`).
+  nlohmann::json measurements = nlohmann::json::object();
   /// load_calibration: the machine and data set the file was measured on ("" without a file);
   /// its values are used only when this equals `machine`.
   std::string file_machine;
