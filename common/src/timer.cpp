@@ -34,6 +34,7 @@ StepTimer::StepTimer() = default;
 void StepTimer::add(Phase p, double seconds) {
   DDPLAB_CHECK(p != Phase::kCount, "StepTimer::add: not a phase");
   totals_[static_cast<int>(p)] += seconds;
+  if (in_step_) current_[static_cast<int>(p)] += seconds;
 }
 
 void StepTimer::begin_step() {
@@ -43,6 +44,7 @@ void StepTimer::begin_step() {
     started_ = true;
   }
   in_step_ = true;
+  current_.fill(0.0);
   if (trace_ != nullptr) trace_->begin_step(step_start_);
 }
 
@@ -56,6 +58,7 @@ void StepTimer::end_step() {
   sync();
   last_end_ = Clock::now();
   steps_.push_back(std::chrono::duration<double>(last_end_ - step_start_).count());
+  step_phases_.push_back(current_);
   in_step_ = false;
   if (trace_ != nullptr) trace_->end_step(last_end_);
 }
@@ -69,9 +72,19 @@ double StepTimer::compute() const {
   return total(Phase::kForward) + total(Phase::kBackward) + total(Phase::kOptimizer);
 }
 
+std::vector<double> StepTimer::phase_per_step(Phase p) const {
+  DDPLAB_CHECK(p != Phase::kCount, "StepTimer::phase_per_step: not a phase");
+  std::vector<double> v;
+  v.reserve(step_phases_.size());
+  for (const auto& s : step_phases_) v.push_back(s[static_cast<int>(p)]);
+  return v;
+}
+
 void StepTimer::reset() {
   totals_.fill(0.0);
+  current_.fill(0.0);
   steps_.clear();
+  step_phases_.clear();
   started_ = in_step_ = false;
 }
 

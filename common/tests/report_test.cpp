@@ -133,6 +133,11 @@ TEST(RunReport, WritesVersionedReportAtomicallyAndLoadsIt) {
   r.add_epoch(0, 2, led, 1.5);
   ddplab::StepTimer t;
   t.add(ddplab::Phase::kForward, 0.5);
+  for (double wait : {0.001, 0.004, 0.002}) {
+    t.begin_step();
+    t.add(ddplab::Phase::kDataWait, wait);
+    t.end_step();
+  }
   r.set_phases(t);
   r.set_samples(1024, 1024);
   r.add_not_attempted("01.2");
@@ -157,6 +162,9 @@ TEST(RunReport, WritesVersionedReportAtomicallyAndLoadsIt) {
   EXPECT_EQ(ddplab::decode_seen(j["epochs"][0]["seen"].get<std::string>(), "seen"),
             std::vector<uint64_t>{(1u << 5) | (1u << 6)});
   EXPECT_DOUBLE_EQ(j["phases"]["forward"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(j["phases"]["data_wait"].get<double>(), 0.007);
+  EXPECT_DOUBLE_EQ(j["phases"]["step_medians"]["data_wait"].get<double>(), 0.002);  // each step's, the middle one
+  EXPECT_DOUBLE_EQ(j["phases"]["step_medians"]["forward"].get<double>(), 0.0);      // outside every step
   EXPECT_EQ(j["not_attempted"], nlohmann::json::array({"01.2"}));
   EXPECT_GT(j["memory"]["peak_rss_bytes"].get<uint64_t>(), 0u);
   fs::remove_all(dir);

@@ -2,6 +2,8 @@
 // durations are injected with add() or only compared with each other.
 #include "ddplab/timer.h"
 
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "ddplab/error.h"
@@ -39,6 +41,29 @@ TEST(StepTimer, ScopesAndStepsAreCountedAndSynchronised) {
   t.reset();
   EXPECT_EQ(t.steps(), 0);
   EXPECT_DOUBLE_EQ(t.wall(), 0.0);
+}
+
+TEST(StepTimer, KeepsEachStepsPhasesForTheirMedians) {
+  // Three steps' data waits of 1, 9 and 2 (one stalled step), and a wait between steps and one in
+  // a cancelled step: both count in the total, neither is a step's.
+  ddplab::StepTimer t;
+  t.add(ddplab::Phase::kDataWait, 100.0);  // before any step
+  for (double wait : {1.0, 9.0, 2.0}) {
+    t.begin_step();
+    t.add(ddplab::Phase::kDataWait, wait);
+    t.add(ddplab::Phase::kForward, 0.5);
+    t.add(ddplab::Phase::kDataWait, 0.25);  // a second fetch in the same step adds up
+    t.end_step();
+  }
+  t.begin_step();
+  t.add(ddplab::Phase::kDataWait, 50.0);
+  t.cancel_step();
+  EXPECT_EQ(t.phase_per_step(ddplab::Phase::kDataWait), (std::vector<double>{1.25, 9.25, 2.25}));
+  EXPECT_EQ(t.phase_per_step(ddplab::Phase::kForward), (std::vector<double>{0.5, 0.5, 0.5}));
+  EXPECT_DOUBLE_EQ(ddplab::median(t.phase_per_step(ddplab::Phase::kDataWait)), 2.25);
+  EXPECT_DOUBLE_EQ(t.total(ddplab::Phase::kDataWait), 100.0 + 12.75 + 50.0);
+  t.reset();
+  EXPECT_TRUE(t.phase_per_step(ddplab::Phase::kDataWait).empty());
 }
 
 TEST(StepTimer, EndWithoutBeginIsAnError) {

@@ -106,7 +106,9 @@ Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, c
         }
         std::vector<double> sorted = m->second;
         std::sort(sorted.begin(), sorted.end());
-        const double median = sorted[sorted.size() / 2];
+        // The middle one; of two (a round whose run failed gives no figure), the lower: the bar
+        // it sets errs towards passing a correct submission.
+        const double median = sorted[(sorted.size() - 1) / 2];
         const std::string key = r.lab + "/" + c.id;
         cal.values[key] = median;
         cal.measurements[key] = m->second;

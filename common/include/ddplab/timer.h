@@ -65,6 +65,9 @@ class StepTimer {
   /// Sum of forward, backward and optimizer: the time the device computed.
   double compute() const;
   const std::vector<double>& step_seconds() const noexcept { return steps_; }
+  /// Seconds of phase `p` in each finished step, in step order (a cancelled step's are left out;
+  /// total() keeps them).
+  std::vector<double> phase_per_step(Phase p) const;
   int64_t steps() const noexcept { return static_cast<int64_t>(steps_.size()); }
   /// Forgets everything (after warm-up steps).
   void reset();
@@ -74,7 +77,9 @@ class StepTimer {
     if (sync_) sync_();
   }
   std::array<double, kNumPhases> totals_{};
+  std::array<double, kNumPhases> current_{};  ///< the step begun last, so far
   std::vector<double> steps_;
+  std::vector<std::array<double, kNumPhases>> step_phases_;
   Clock::time_point first_{}, step_start_{}, last_end_{};
   bool started_ = false, in_step_ = false;
   std::function<void()> sync_;
