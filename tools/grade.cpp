@@ -26,7 +26,7 @@ struct GradeCli {
   bool all = false;
   std::string submission, batch, tree, out = "grade-results", data, kit, build, calibration, sandbox = "auto";
   std::vector<std::string> checks, overlays;
-  double run_timeout = 0, test_timeout = 0;
+  double run_timeout = 0, test_timeout = 0, quiet_wait = 120;
   bool no_build = false, calibrate = false, check_calibration = false, no_color = false, quiet = false;
 };
 
@@ -43,6 +43,7 @@ int run_grade(const GradeCli& o) {
   go.only_checks = o.checks;
   go.run_timeout_s = o.run_timeout;
   go.test_timeout_s = o.test_timeout;
+  go.quiet_wait_s = o.quiet_wait;
   go.color = !o.no_color && ::isatty(STDOUT_FILENO);
   go.quiet = o.quiet;
   go.sandbox = o.sandbox;
@@ -134,6 +135,11 @@ void setup_grade(CLI::App& app) {
   sub->add_option("--check", o->checks, "Grade only the check with this id, or whose name contains this (repeatable)");
   sub->add_option("--run-timeout", o->run_timeout, "Override the specs' run timeout (seconds)");
   sub->add_option("--test-timeout", o->test_timeout, "Override the specs' unit-test timeout (seconds)");
+  sub->add_option("--quiet-wait", o->quiet_wait,
+                  "Before measuring a failed timing check again, wait up to this many seconds for the machine to "
+                  "give the runs their cores (0: at once)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   sub->add_flag("--calibrate", o->calibrate, "Measure the reference solutions on this machine and store their figures");
   sub->add_flag("--check-calibration", o->check_calibration,
                 "Exit 0 if the calibration holds this machine's and data set's figures for the labs named, else "

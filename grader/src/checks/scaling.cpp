@@ -45,6 +45,7 @@ void check_scaling(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
                             "the same rank) already trained on in that epoch: work that does not count; the shards "
                             "overlap or the ranks repeat each other's work",
                             share);
+    r.exact = true;  // counted from the bitmaps: measuring again cannot change it
     fail(r, obs,
          fast_enough ? what +
                            "; the efficiency alone clears the bar on this machine, where the reference's own is "
