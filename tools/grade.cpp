@@ -136,8 +136,8 @@ void setup_grade(CLI::App& app) {
   sub->add_option("--run-timeout", o->run_timeout, "Override the specs' run timeout (seconds)");
   sub->add_option("--test-timeout", o->test_timeout, "Override the specs' unit-test timeout (seconds)");
   sub->add_option("--quiet-wait", o->quiet_wait,
-                  "Before measuring a failed timing check again, wait up to this many seconds for the machine to "
-                  "give the runs their cores (0: at once)")
+                  "Before measuring a failed timing check again, wait for the machine to give the runs their cores, "
+                  "up to this many seconds in all for one lab (0: measure again at once)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   sub->add_flag("--calibrate", o->calibrate, "Measure the reference solutions on this machine and store their figures");

@@ -87,8 +87,8 @@ struct GradeOptions {
   /// it counts as failed: its runs are made again each time. calibrate() sets 1 and takes the
   /// median of several measurements itself (a retry on failure would keep only lucky figures).
   int timing_attempts = 3;
-  /// Before measuring a failed timing check again, wait up to this long for the machine to give
-  /// the runs their cores (contention.h); 0: measure again at once.
+  /// Before measuring a failed timing check again, wait for the machine to give the runs their
+  /// cores (contention.h), up to this long in all for one lab; 0: measure again at once.
   double quiet_wait_s = 120;
   bool build = true;  ///< (re)build the lab's targets before grading
   bool color = false;
