@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -37,6 +39,20 @@ class Batch : public ::testing::Test {
     CheckSpec c;
     c.points = points;
     s.checks = {c};
+    return s;
+  }
+  /// A lab whose checks have these ids and kinds, the first worth `points`.
+  static LabSpec lab_of(const std::string& id, const std::vector<std::pair<std::string, std::string>>& checks,
+                        double points = 10) {
+    LabSpec s = lab(id, points);
+    s.checks.clear();
+    for (const auto& [check_id, kind] : checks) {
+      CheckSpec c;
+      c.id = check_id;
+      c.kind = kind;
+      c.points = s.checks.empty() ? points : 0;
+      s.checks.push_back(c);
+    }
     return s;
   }
   static LabResult result(const std::string& lab, double score, double max) {
@@ -181,13 +197,7 @@ TEST_F(Batch, CalibrationStoresEachFigureByLabAndCheckId) {
   std::string printed;
   // Only the checks relative to the reference are graded: lab01's auc, not its run_ok; a lab
   // without one is not graded at all.
-  LabSpec lab01 = lab("lab01_baseline", 10);
-  lab01.checks[0].id = "test_auc";
-  lab01.checks[0].kind = "auc";
-  CheckSpec runs;
-  runs.id = "runs";
-  runs.kind = "run_ok";
-  lab01.checks.push_back(runs);
+  const LabSpec lab01 = lab_of("lab01_baseline", {{"test_auc", "auc"}, {"runs", "run_ok"}});
   LabSpec exact = lab("lab02_process_group", 10);
   exact.checks[0].kind = "consistency";
   const auto cal = calibrate(
@@ -214,13 +224,7 @@ TEST_F(Batch, CalibrationStoresTheMedianOfThreeMeasurementsOfATimingFigure) {
   o.out_dir = (dir_ / "out").string();
   // A lab with one statistical check (auc, measured once) and one timing check (scaling): the
   // scaling figure of each grading differs, as on a shared machine, the first one lucky.
-  LabSpec lab09 = lab("lab09_capstone", 10);
-  lab09.checks[0].id = "learns";
-  lab09.checks[0].kind = "auc";
-  CheckSpec scales;
-  scales.id = "scales";
-  scales.kind = "scaling";
-  lab09.checks.push_back(scales);
+  const LabSpec lab09 = lab_of("lab09_capstone", {{"learns", "auc"}, {"scales", "scaling"}});
   const std::vector<double> efficiency = {0.627, 0.479, 0.500};
   std::vector<GradeOptions> seen;
   const GradeFn fake = [&](const std::vector<LabSpec>& specs, const GradeOptions& go) {
