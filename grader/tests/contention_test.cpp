@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "ddplab/grader/checks.h"
+
 namespace ddplab::grader {
 namespace {
 
@@ -66,6 +68,14 @@ TEST(QuietMachine, TheShareIsOfTheCoresAsked) {
   const QuietWait w = s.wait(120);
   EXPECT_TRUE(w.quiet);  // 1.6 = 0.8 x 2: enough
   EXPECT_EQ(s.probes, 2u);
+}
+
+TEST(TimingKinds, AreTheKindsWhoseFigureIsATime) {
+  // Measured again on failure and calibrated as medians: throughput and waiting, nothing exact.
+  for (const char* kind : {"scaling", "exposed_comm", "data_wait"}) EXPECT_TRUE(is_timing_kind(kind)) << kind;
+  for (const char* kind : {"auc", "coverage", "parity", "utilization", "unit_tests", "no_such_kind"}) {
+    EXPECT_FALSE(is_timing_kind(kind)) << kind;
+  }
 }
 
 TEST(ParallelCapacity, IsBetweenOneCoreAndTheCoresAsked) {

@@ -12,8 +12,8 @@ namespace {
 /// The slowest rank's data wait per step, in seconds, and which rank it was: the median over its
 /// steps (`phases.step_medians.data_wait`), else, in a report without it (an older kit), the mean.
 /// The wait a prefetching loader leaves is ~0.05 ms a step against ~0.23 ms of parsing (lab 08,
-/// 2-core VM); a shared machine that stalls a thread for 0.4 ms in a third of the steps (seen in
-/// CI and on this VM, in the timeline) triples the mean and leaves the median where it was.
+/// 2-core VM); a shared machine that stalls a thread for 0.35-0.5 ms in up to a quarter of the
+/// steps (8 of 32 in a timeline on that VM) can double the mean and leaves the median where it was.
 struct Wait {
   double seconds = 0;
   int rank = 0;
@@ -26,17 +26,13 @@ Wait worst_wait(const RunOutcome& run) {
   for (size_t k = 0; k < reps.size(); ++k) {
     const int r = static_cast<int>(k);
     const auto steps = field<int64_t>(reps[k], "phases.steps", r);
-    const json* med = nullptr;
-    const json& phases = reps[k].at("phases");
-    if (phases.contains("step_medians") && phases["step_medians"].contains("data_wait") &&
-        phases["step_medians"]["data_wait"].is_number()) {
-      med = &phases["step_medians"]["data_wait"];
-    }
-    const double wait = med != nullptr ? med->get<double>()
-                        : steps > 0    ? field<double>(reps[k], "phases.data_wait", r) / static_cast<double>(steps)
-                                       : 0;
+    static const json::json_pointer kMedian("/phases/step_medians/data_wait");
+    const bool median = reps[k].contains(kMedian) && reps[k][kMedian].is_number();
+    const double wait = median      ? reps[k][kMedian].get<double>()
+                        : steps > 0 ? field<double>(reps[k], "phases.data_wait", r) / static_cast<double>(steps)
+                                    : 0;
     if (k == 0 || wait > worst.seconds) worst.seconds = wait, worst.rank = r;
-    worst.median = worst.median && med != nullptr;
+    worst.median = worst.median && median;
   }
   return worst;
 }
@@ -87,6 +83,7 @@ const CheckKind kDataWait =
        }
        return "";
      },
-     "baseline, candidate"};
+     "baseline, candidate",
+     true};
 
 }  // namespace ddplab::grader::checks

@@ -85,6 +85,7 @@ const CheckKind kExposedComm =
        if (c.integer("min_launched_in_backward") < 0) return "min_launched_in_backward must be >= 0";
        return "";
      },
-     "baseline, candidate"};
+     "baseline, candidate",
+     true};
 
 }  // namespace ddplab::grader::checks

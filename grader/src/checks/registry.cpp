@@ -36,7 +36,8 @@ const CheckKind* find_kind(const std::string& name) {
 }
 
 bool is_timing_kind(const std::string& kind) {
-  return kind == "scaling" || kind == "exposed_comm" || kind == "data_wait";
+  const CheckKind* k = find_kind(kind);
+  return k != nullptr && k->timing;
 }
 
 namespace {

@@ -77,6 +77,8 @@ const CheckKind kScaling =
          return fmt::format("the second run, '{}', must have 2 or more ranks", c.runs[1]);
        }
        return "";
-     }};
+     },
+     "",
+     true};
 
 }  // namespace ddplab::grader::checks

@@ -67,14 +67,17 @@ struct CheckKind {
   /// RunArity::kTwo: what the two runs are, as the guide and spec errors name them ("oracle,
   /// candidate"); empty: one rank and N ranks.
   std::string run_roles = "";
+  /// Its figure is a time or a throughput ratio, which a shared machine makes noisy: a failure is
+  /// measured again (harness.cpp) and calibration takes the median of several (calibrate.cpp).
+  bool timing = false;
 };
 
 /// The registered kinds (registry.cpp), in the order the instructor guide lists them.
 const std::vector<const CheckKind*>& check_registry();
 /// The kind named `name`, or nullptr.
 const CheckKind* find_kind(const std::string& name);
-/// Whether a kind's figure is a time or a throughput ratio (scaling, exposed_comm, data_wait),
-/// which a shared machine makes noisy; the other kinds' figures are exact or statistical.
+/// Whether the kind named `kind` is a timing kind (CheckKind::timing: scaling, exposed_comm,
+/// data_wait); the other kinds' figures are exact or statistical.
 bool is_timing_kind(const std::string& kind);
 
 /// Validates a parsed [[check]] against its kind and fills in every parameter's default, so a
