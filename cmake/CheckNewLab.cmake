@@ -6,7 +6,8 @@ cmake_policy(VERSION 3.22)
 # submission slot, the grader's target map, the whole-program, flags-table and planted-bug tests.
 # Only configured (compiling the copy would rebuild the whole kit); the real labs are compiled
 # from the same ddplab_add_lab().
-#   -DSRC=<kit source>  -DWORK=<scratch folder>
+#   -DSRC=<kit source>  -DWORK=<scratch folder>  -DCONFIGURE=<-Dvar=value|...> (the calling build's
+#   LibTorch and compiler, '|'-separated)
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 set(kit ${WORK}/kit)
@@ -31,8 +32,9 @@ file(WRITE ${lab}/planted/halves/expect.toml "file = \"lab99_student.cpp\"\nchec
 # The one line.
 file(APPEND ${kit}/labs/CMakeLists.txt "ddplab_add_lab(lab99_demo)\n")
 
+string(REPLACE "|" ";" configure "${CONFIGURE}")
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${kit} -B ${WORK}/build -G Ninja -DCMAKE_BUILD_TYPE=Release
-                        -DDDPLAB_BUILD_BOTH_TREES=ON -DDDPLAB_PCH=OFF
+                        -DDDPLAB_BUILD_BOTH_TREES=ON -DDDPLAB_PCH=OFF ${configure}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "configuring the kit with a new lab failed:\n${out}${err}")

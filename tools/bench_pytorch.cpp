@@ -39,7 +39,7 @@ struct BenchPytorchOptions {
   bool epoch = false;
   std::string data;
   std::string python = "/usr/bin/python3";
-  std::string torchrun = "/usr/bin/torchrun";
+  std::string torchrun;  ///< default: that Python's own launcher (python -m torch.distributed.run)
   std::string script;
   std::string
       trainer;  ///< the kit's trainer; default ddp_train beside this program (another build's, for a before/after)
@@ -102,10 +102,16 @@ Result run_pytorch(const BenchPytorchOptions& o, int n) {
   if (n == 1) {
     spec.command = {o.python};  // one process: no DDP, the way one trains on one device
   } else {
-    // Debian's torchrun 1.13 fails in to_map without --redirects/--tee (docs/concepts/launching.md).
-    spec.command = {
-        "/usr/bin/env",    "-u",          "RANK", "-u",    "WORLD_SIZE", o.torchrun, "--standalone", "--nproc_per_node",
-        std::to_string(n), "--redirects", "1",    "--tee", "1"};
+    // Debian's torchrun 1.13 fails in to_map without --redirects/--tee (docs/concepts/launching.md);
+    // 2.x still takes both.
+    spec.command = {"/usr/bin/env", "-u", "RANK", "-u", "WORLD_SIZE"};
+    if (o.torchrun.empty()) {
+      spec.command.insert(spec.command.end(), {o.python, "-m", "torch.distributed.run"});
+    } else {
+      spec.command.push_back(o.torchrun);
+    }
+    spec.command.insert(spec.command.end(),
+                        {"--standalone", "--nproc_per_node", std::to_string(n), "--redirects", "1", "--tee", "1"});
   }
   spec.command.insert(spec.command.end(), args.begin(), args.end());
   const std::string out = run_captured(spec, o.timeout, fmt::format("PyTorch DDP on {} rank(s)", n));
@@ -133,19 +139,30 @@ int run_bench_pytorch(BenchPytorchOptions o) {
   if (!fs::exists(o.trainer)) throw ConfigError(fmt::format("--trainer {}: not found", o.trainer));
   for (const auto& [what, path] :
        {std::pair<const char*, std::string>{"--python", o.python}, {"--torchrun", o.torchrun}}) {
-    if (::access(path.c_str(), X_OK) != 0) {
+    if (!path.empty() && ::access(path.c_str(), X_OK) != 0) {
       throw ConfigError(
-          fmt::format("{} {}: not an executable (Debian: python3-torch, which tools/setup-debian.sh "
-                      "installs)",
+          fmt::format("{} {}: not an executable (Debian's torch 1.13: python3-torch, which tools/setup-debian.sh "
+                      "installs; torch 2.x: .venv/bin/python, which DDPLAB_TORCH=pip ./kit build installs)",
                       what, path));
     }
+  }
+  // Which PyTorch the peer is: printed and recorded, since the ratio depends on it.
+  std::string peer_version;
+  {
+    LaunchSpec v;
+    v.nproc = 1;
+    v.command = {o.python, "-c", "import torch; print('torch', torch.__version__)"};
+    const std::string out = run_captured(v, 120, fmt::format("{} (the PyTorch peer's Python)", o.python));
+    const size_t at = out.find("torch ");
+    if (at == std::string::npos) throw ConfigError(fmt::format("--python {}: has no torch:\n{}", o.python, out));
+    peer_version = out.substr(at + 6, out.find('\n', at) - at - 6);
   }
   if (o.repeats < 1) throw ConfigError(fmt::format("--repeats {}: need at least 1", o.repeats));
   const fs::path scratch = fs::temp_directory_path() / fmt::format("ddplab-bench-pytorch-{}", ::getpid());
   fmt::print(
       "bench pytorch: DeepFM on {}, batch {} a rank, 1 thread a rank, dense Adam; the kit's "
-      "{} (--sync {}, {}) against PyTorch {} DDP ({}), {}, interleaved, {} repeat(s)\n",
-      o.data, o.batch, o.trainer, o.sync, o.backend == "mpi" ? "mpi" : "gloo", "(Debian python3-torch)", o.script,
+      "{} (--sync {}, {}) against PyTorch {} DDP ({} under {}), {}, interleaved, {} repeat(s)\n",
+      o.data, o.batch, o.trainer, o.sync, o.backend == "mpi" ? "mpi" : "gloo", peer_version, o.script, o.python,
       o.epoch ? "one epoch each" : fmt::format("{} steps after {} warm-up", o.steps, o.warmup), o.repeats);
   std::map<int, std::vector<Result>> kit, torch_runs;
   for (int rep = 0; rep < o.repeats; ++rep) {
@@ -191,9 +208,11 @@ int run_bench_pytorch(BenchPytorchOptions o) {
   fmt::print("  kit / PyTorch >= {:.2f}x at every world size{}: {}\n", o.target,
              o.epoch ? fmt::format(", test AUC within {}", o.max_auc_gap) : "", ok ? "OK" : "FAILED");
   if (!o.json.empty()) {
-    const nlohmann::json j =
-        {{"benchmark", "pytorch"}, {"batch", o.batch},   {"steps", o.steps}, {"epoch", o.epoch}, {"repeats", o.repeats},
-         {"backend", o.backend},   {"target", o.target}, {"ok", ok},         {"rows", rows}};
+    const nlohmann::json j = {{"benchmark", "pytorch"}, {"batch", o.batch},
+                              {"steps", o.steps},       {"epoch", o.epoch},
+                              {"repeats", o.repeats},   {"backend", o.backend},
+                              {"target", o.target},     {"ok", ok},
+                              {"rows", rows},           {"pytorch", {{"python", o.python}, {"torch", peer_version}}}};
     write_file_atomic(o.json, j.dump(2) + "\n");
   }
   return ok ? 0 : 1;
@@ -212,8 +231,10 @@ void setup_bench_pytorch(CLI::App& bench) {
   sub->add_option("--repeats", o->repeats, "Interleaved runs of each; medians are compared")->capture_default_str();
   sub->add_flag("--epoch", o->epoch, "Train one epoch each and compare the test AUC too");
   sub->add_option("--data", o->data, "Data set (default: $DDPLAB_DATA or data/ctr-small)");
-  sub->add_option("--python", o->python, "A Python with torch")->capture_default_str();
-  sub->add_option("--torchrun", o->torchrun, "torchrun of that Python")->capture_default_str();
+  sub->add_option("--python", o->python,
+                  "A Python with torch: Debian's 1.13 (default), or torch 2.x in .venv/bin/python (DDPLAB_TORCH=pip)")
+      ->capture_default_str();
+  sub->add_option("--torchrun", o->torchrun, "Its launcher (default: python -m torch.distributed.run)");
   sub->add_option("--script", o->script,
                   "The PyTorch trainer (default: tools/bench/pytorch_ddp.py of the source tree)");
   sub->add_option("--trainer", o->trainer,

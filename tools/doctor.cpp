@@ -12,6 +12,9 @@
 
 #include "commands.h"
 #include "ddplab/config.h"
+#include "ddplab/cxx_runtime.h"
+#include "ddplab/memory.h"
+#include "ddplab/nvml.h"
 #include "ddplab/report.h"
 #include "ddplab/system.h"
 
@@ -35,12 +38,41 @@ std::string setting(const std::string& text, const std::string& key) {
   return text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
 }
 
+/// "compiled, no device (...)", "compiled, 1 device(s): NVIDIA H200 (sm_90, 139.8 GiB)", "not compiled ...".
+std::string cuda_line(const sys::CudaInfo& c) {
+  if (!c.compiled) return "not compiled (this LibTorch is a CPU-only build; a CUDA build: DDPLAB_TORCH=pip)";
+  std::string versions = fmt::format("CUDA {} toolkit, runtime {}, {}", c.toolkit, c.runtime.empty() ? "?" : c.runtime,
+                                     c.driver.empty() ? "no driver" : "driver runs CUDA " + c.driver);
+  if (c.devices.empty()) return fmt::format("compiled, no device ({}; {})", versions, c.why_no_device);
+  std::vector<std::string> names;
+  for (const auto& d : c.devices) {
+    names.push_back(fmt::format("{} (sm_{}{}, {})", d.name, d.major, d.minor,
+                                memory::human_bytes(static_cast<uint64_t>(d.memory_bytes))));
+  }
+  return fmt::format("compiled, {} device(s): {}; {}; cuDNN {}", c.devices.size(), fmt::join(names, ", "), versions,
+                     torch::cuda::cudnn_is_available() ? "yes" : "no");
+}
+
 int run_doctor(const DoctorOptions& o) {
   const auto blas = sys::blas_info();
   const double sgemm = sys::measure_sgemm_gflops(o.sgemm_seconds);
   const bool cuda = torch::cuda::is_available();
   const bool blas_ok = blas.optimized && sgemm >= o.min_sgemm_gflops;
   const std::string cfg = sys::torch_build_config();
+  const sys::CudaInfo ci = sys::cuda_info();
+  // NVML (the driver's library), read the way a lab's utilization sampler reads it.
+  std::unique_ptr<nvml::Sampler> nv;
+  if (ci.compiled) nv = std::make_unique<nvml::Sampler>(0);
+  // The kit compiles ProcessGroupNCCL with nccl.h's layout: the libnccl loaded must match it.
+  const bool nccl_ok = ci.nccl_compiled.empty() || ci.nccl_loaded.empty() || ci.nccl_loaded == ci.nccl_compiled;
+  // A torch wheel's exported std::filesystem must not stand in for the C++ runtime's (Flags.cmake).
+  const std::string fs_lib = sys::std_filesystem_library();
+  const bool fs_ok = fs_lib.empty() || fs_lib.find("libstdc++") != std::string::npos;
+  nlohmann::json devices = nlohmann::json::array();
+  for (const auto& d : ci.devices) {
+    devices.push_back(
+        {{"name", d.name}, {"capability", fmt::format("{}.{}", d.major, d.minor)}, {"memory_bytes", d.memory_bytes}});
+  }
 
   nlohmann::json j =
       {{"ddplab", {{"version", DDPLAB_VERSION}, {"build_type", DDPLAB_BUILD_TYPE}, {"lab_tree", DDPLAB_LAB_TREE}}},
@@ -54,16 +86,33 @@ int run_doctor(const DoctorOptions& o) {
          {"sgemm_gflops_1thread", sgemm}}},
        {"cpu", {{"usable_cores", sys::usable_cores()}, {"intra_op_threads", at::get_num_threads()}}},
        {"cuda",
-        {{"available", cuda},
+        {{"compiled", ci.compiled},
+         {"available", cuda},
+         {"toolkit", ci.toolkit},
+         {"runtime", ci.runtime},
+         {"driver", ci.driver},
          {"devices", cuda ? torch::cuda::device_count() : 0},
+         {"device_list", devices},
+         {"why_no_device", ci.why_no_device},
          {"cudnn", cuda && torch::cuda::cudnn_is_available()}}},
-       {"c10d", {{"gloo", DDPLAB_HAVE_GLOO_01 == 1}, {"nccl", DDPLAB_HAVE_NCCL_01 == 1}}},
-       {"verdict", {{"blas_ok", blas_ok}}}};
+       {"nvml", nv == nullptr ? nlohmann::json{{"available", false}, {"why", "no CUDA in this build"}}
+                              : nlohmann::json{{"available", nv->available()},
+                                               {"why", nv->why_unavailable()},
+                                               {"driver", nv->driver_version()},
+                                               {"device", nv->device_name()}}},
+       {"c10d",
+        {{"gloo", DDPLAB_HAVE_GLOO_01 == 1},
+         {"nccl", DDPLAB_HAVE_NCCL_01 == 1},
+         {"nccl_compiled", ci.nccl_compiled},
+         {"nccl_loaded", ci.nccl_loaded}}},
+       {"cxx_runtime", {{"std_filesystem_from", fs_lib}}},
+       {"verdict", {{"blas_ok", blas_ok}, {"nccl_ok", nccl_ok}, {"std_filesystem_ok", fs_ok}}}};
   if (o.json) {
     std::cout << j.dump(2) << "\n";
   } else {
     fmt::print("ddplab {} ({} build, lab tree: {})\n", DDPLAB_VERSION, DDPLAB_BUILD_TYPE, DDPLAB_LAB_TREE);
-    fmt::print("LibTorch      {} (C++11 ABI {})\n", TORCH_VERSION, _GLIBCXX_USE_CXX11_ABI);
+    fmt::print("LibTorch      {} (C++11 ABI {}, built as C++{})\n", TORCH_VERSION, _GLIBCXX_USE_CXX11_ABI,
+               __cplusplus / 100 % 100);
     std::vector<std::string> settings;
     for (const char* key : {"BLAS_INFO", "LAPACK_INFO", "USE_MKLDNN", "USE_OPENMP", "USE_NCCL", "USE_MPI"}) {
       if (auto kv = setting(cfg, key); !kv.empty()) settings.push_back(kv);
@@ -82,13 +131,27 @@ int run_doctor(const DoctorOptions& o) {
     }
     fmt::print("CPU           {} usable cores; LibTorch intra-op threads {}\n", sys::usable_cores(),
                at::get_num_threads());
-    fmt::print("CUDA          {}\n", cuda ? fmt::format("{} device(s), cuDNN {}", torch::cuda::device_count(),
-                                                        torch::cuda::cudnn_is_available() ? "yes" : "no")
-                                          : "not available");
-    fmt::print("c10d          Gloo {}, NCCL {}\n", DDPLAB_HAVE_GLOO_01 ? "yes" : "no (not built)",
-               DDPLAB_HAVE_NCCL_01 ? "yes" : "no (not built)");
+    fmt::print("CUDA          {}\n", cuda_line(ci));
+    if (nv != nullptr) {
+      fmt::print("NVML          {}\n",
+                 nv->available() ? fmt::format("driver {}, device 0: {}", nv->driver_version(), nv->device_name())
+                                 : "not loaded: " + nv->why_unavailable());
+    }
+    std::string nccl = "no (not built)";
+    if (DDPLAB_HAVE_NCCL_01) {
+      nccl = fmt::format("yes, compiled against nccl.h {}; {}", ci.nccl_compiled,
+                         ci.nccl_loaded.empty() ? "no libnccl loaded"
+                                                : fmt::format("libnccl {} loaded{}", ci.nccl_loaded,
+                                                              nccl_ok ? ""
+                                                                      : " — MISMATCH: ProcessGroupNCCL's layout "
+                                                                        "follows nccl.h; rebuild against the "
+                                                                        "NCCL headers of the NCCL torch loads"));
+    }
+    fmt::print("c10d          Gloo {}, NCCL {}\n", DDPLAB_HAVE_GLOO_01 ? "yes" : "no (not built)", nccl);
+    fmt::print("C++ runtime   std::filesystem from {}{}\n", fs_lib.empty() ? "?" : fs_lib,
+               fs_ok ? "" : " — NOT the C++ runtime: a torch wheel's copy, which can crash (reconfigure the build)");
   }
-  return (o.strict && !blas_ok) ? 1 : 0;
+  return (o.strict && (!blas_ok || !nccl_ok || !fs_ok)) ? 1 : 0;
 }
 
 }  // namespace
@@ -97,7 +160,9 @@ void setup_doctor(CLI::App& app) {
   auto opts = std::make_shared<DoctorOptions>();
   auto* sub = app.add_subcommand("doctor", "Check the LibTorch build, the BLAS it loads, cores, CUDA, NCCL and Gloo");
   sub->add_flag("--json", opts->json, "Print the findings as JSON");
-  sub->add_flag("--strict", opts->strict, "Exit 1 when the BLAS is not an optimized one");
+  sub->add_flag("--strict", opts->strict,
+                "Exit 1 when the BLAS is not an optimized one, the NCCL loaded is not the one compiled against, or "
+                "std::filesystem is not the C++ runtime's");
   sub->add_option("--sgemm-seconds", opts->sgemm_seconds, "Time spent measuring SGEMM")->capture_default_str();
   sub->add_option("--min-sgemm-gflops", opts->min_sgemm_gflops, "Single-thread SGEMM rate below which BLAS is SLOW")
       ->capture_default_str();

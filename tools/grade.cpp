@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "ddplab/config.h"
+#include "ddplab/cxx_runtime.h"
 #include "ddplab/error.h"
 #include "ddplab/grader/batch.h"
 #include "ddplab/grader/grade.h"
@@ -33,6 +34,7 @@ struct GradeCli {
 void print(const std::string& s) { fmt::print("{}", s); }
 
 int run_grade(const GradeCli& o) {
+  sys::require_std_filesystem_from_runtime();  // the grader removes run folders: fail here, not in a crash
   grader::GradeOptions go;
   go.source_dir = o.kit.empty() ? DDPLAB_SOURCE_DIR : o.kit;
   go.build_dir = o.build.empty() ? grader::this_build_dir() : o.build;

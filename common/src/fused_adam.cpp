@@ -128,7 +128,7 @@ torch::Tensor FusedAdam::step(LossClosure closure) {
     const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      const compat::OptimStateKey key = compat::optim_state_key(p);
       auto it = state_.find(key);
       if (it == state_.end()) {  // as Adam initialises it
         auto s = std::make_unique<torch::optim::AdamParamState>();

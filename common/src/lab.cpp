@@ -69,10 +69,8 @@ LabRun::LabRun(std::string lab, LabOptions opts, nlohmann::json lab_flags)
   log::set_level(log::parse_level(opts_.log_level));
   sys::configure_threads(opts_.threads);
   sys::tune_allocator();
-  device_ = sys::parse_device(opts_.device);
   // One GPU per rank on a node: NCCL refuses two ranks of a communicator on one device.
-  if (device_.is_cuda() && !device_.has_index())
-    device_ = torch::Device(torch::kCUDA, static_cast<int8_t>(env_.local_rank));
+  device_ = sys::device_for_rank(sys::parse_device(opts_.device), env_.local_rank);
   torch::manual_seed(opts_.seed + (opts_.same_init ? 0 : static_cast<uint64_t>(env_.rank)));
   if (device_.is_cuda()) timer_.set_synchronizer([] { torch::cuda::synchronize(); });
   if (!opts_.trace.empty()) {

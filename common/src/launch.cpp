@@ -381,7 +381,7 @@ void Job::start_rank(Rank& r, const std::map<std::string, std::string>& env) {
     }
     if (spec_.memory_limit_bytes > 0) {
       const struct rlimit as { spec_.memory_limit_bytes, spec_.memory_limit_bytes };
-      ::setrlimit(RLIMIT_AS, &as);
+      ::setrlimit(spec_.memory_limit_data_only ? RLIMIT_DATA : RLIMIT_AS, &as);
     }
     if (spec_.file_size_limit_bytes > 0) {
       const struct rlimit fsize { spec_.file_size_limit_bytes, spec_.file_size_limit_bytes };

@@ -15,12 +15,24 @@
 #include <fmt/format.h>
 
 #include "ddplab/config.h"
+#include "ddplab/torch_compat.h"
 #ifdef DDPLAB_HAVE_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/cuda.h>
 #endif
 
 namespace ddplab::memory {
+#ifdef DDPLAB_HAVE_CUDA
+namespace compat {
+// The caching allocator's statistics index: StatType moved from c10::cuda::CUDACachingAllocator (1.13)
+// to c10::CachingAllocator, re-exported through c10::CachingDeviceAllocator (2.x).
+#if DDPLAB_TORCH_AT_LEAST(2, 0) && __has_include(<c10/core/CachingDeviceAllocator.h>)
+constexpr size_t kAggregateStat = static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE);
+#else
+constexpr size_t kAggregateStat = static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
+#endif
+}  // namespace compat
+#endif
 
 uint64_t peak_rss_bytes() {
   struct rusage ru {};
@@ -39,8 +51,7 @@ uint64_t cuda_peak_allocated_bytes() {
 #ifdef DDPLAB_HAVE_CUDA
   if (!torch::cuda::is_available()) return 0;
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-  const auto& peak =
-      stats.allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].peak;
+  const auto& peak = stats.allocated_bytes[compat::kAggregateStat].peak;
   return static_cast<uint64_t>(peak);
 #else
   return 0;
@@ -87,7 +98,7 @@ Counts& counts() {
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) DDPLAB_ALLOCATE_CONST override {
     c10::DataPtr inner = base_->allocate(n);
     void* data = inner.get();
     if (data == nullptr) return inner;  // zero bytes: nothing to count, nothing to free
@@ -99,6 +110,7 @@ class CountingAllocator final : public c10::Allocator {
     return {data, data, &CountingAllocator::release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &CountingAllocator::release; }
+  DDPLAB_ALLOCATOR_COPY_DATA
 
  private:
   struct Held {
@@ -140,7 +152,7 @@ int64_t device_live(bool cuda) {
 #ifdef DDPLAB_HAVE_CUDA
   if (cuda) {
     const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-    return st.allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].current;
+    return st.allocated_bytes[compat::kAggregateStat].current;
   }
 #endif
   (void)cuda;
@@ -170,8 +182,7 @@ int64_t Tracker::peak_bytes() const {
 #ifdef DDPLAB_HAVE_CUDA
   if (impl_->cuda) {
     const auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-    return st.allocated_bytes[static_cast<size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].peak -
-           impl_->base_live;
+    return st.allocated_bytes[compat::kAggregateStat].peak - impl_->base_live;
   }
 #endif
   return counts().peak.load() - impl_->base_live;

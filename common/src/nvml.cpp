@@ -1,5 +1,8 @@
-// NVML through dlopen: the handful of entry points the sampler needs, with NVML's own types
-// declared here (nvml.h is not in Debian's archive, and the ABI of these calls is stable).
+// NVML through dlopen: the handful of entry points the sampler needs. Where NVML's header is at
+// hand (a CUDA build: the toolkit's nvml.h, or PyPI's nvidia-nvml-dev) the entry points' types come
+// from it, so the compiler checks every signature the sampler calls through; elsewhere (Debian's
+// CPU build: nvml.h is not in Debian's archive) the same declarations are written here, with the
+// layouts of NVML's ABI-stable v1 structs. The library itself is the driver's, loaded at run time.
 #include "ddplab/nvml.h"
 
 #include <dlfcn.h>
@@ -9,39 +12,73 @@
 
 #include <fmt/format.h>
 
+#include "ddplab/config.h"
 #include "ddplab/log.h"
 #include "ddplab/timer.h"
+
+#if DDPLAB_HAVE_NVML_H_01
+#define NVML_NO_UNVERSIONED_FUNC_DEFS  // name the _v2 entry points explicitly, as dlsym does
+#include <nvml.h>
+#endif
 
 namespace ddplab::nvml {
 namespace {
 
-using nvmlReturn_t = int;  // NVML_SUCCESS = 0
-using nvmlDevice_t = void*;
-struct nvmlUtilization_t {
+#if DDPLAB_HAVE_NVML_H_01
+using Return = nvmlReturn_t;
+using Device = nvmlDevice_t;
+using Utilization = nvmlUtilization_t;
+using Memory = nvmlMemory_t;
+using InitFn = decltype(&::nvmlInit_v2);
+using ShutdownFn = decltype(&::nvmlShutdown);
+using HandleByIndexFn = decltype(&::nvmlDeviceGetHandleByIndex_v2);
+using UtilizationFn = decltype(&::nvmlDeviceGetUtilizationRates);
+using MemoryFn = decltype(&::nvmlDeviceGetMemoryInfo);
+using ErrorStringFn = decltype(&::nvmlErrorString);
+using DriverVersionFn = decltype(&::nvmlSystemGetDriverVersion);
+using DeviceNameFn = decltype(&::nvmlDeviceGetName);
+#else
+enum Return { NVML_SUCCESS = 0 };
+using Device = struct nvmlDevice_st*;
+struct Utilization {
   unsigned int gpu;
   unsigned int memory;
 };
-struct nvmlMemory_t {
+struct Memory {
   unsigned long long total;
   unsigned long long free;
   unsigned long long used;
 };
+using InitFn = Return (*)();
+using ShutdownFn = Return (*)();
+using HandleByIndexFn = Return (*)(unsigned int, Device*);
+using UtilizationFn = Return (*)(Device, Utilization*);
+using MemoryFn = Return (*)(Device, Memory*);
+using ErrorStringFn = const char* (*)(Return);
+using DriverVersionFn = Return (*)(char*, unsigned int);
+using DeviceNameFn = Return (*)(Device, char*, unsigned int);
+#endif
+constexpr unsigned kTextSize =
+    96;  // >= NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE (80), NVML_DEVICE_NAME_V2_BUFFER_SIZE (96)
 
 }  // namespace
 
 struct Sampler::Api {
   void* handle = nullptr;
-  nvmlReturn_t (*init)() = nullptr;
-  nvmlReturn_t (*shutdown)() = nullptr;
-  nvmlReturn_t (*handle_by_index)(unsigned int, nvmlDevice_t*) = nullptr;
-  nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
-  nvmlReturn_t (*memory)(nvmlDevice_t, nvmlMemory_t*) = nullptr;
-  const char* (*error_string)(nvmlReturn_t) = nullptr;
-  nvmlDevice_t device = nullptr;
+  InitFn init = nullptr;
+  ShutdownFn shutdown = nullptr;
+  HandleByIndexFn handle_by_index = nullptr;
+  UtilizationFn utilization = nullptr;
+  MemoryFn memory = nullptr;
+  ErrorStringFn error_string = nullptr;
+  DriverVersionFn driver_version = nullptr;
+  DeviceNameFn device_name = nullptr;
+  Device device = nullptr;
 
-  std::string describe(nvmlReturn_t rc) const {
+  std::string describe(Return rc) const {
     const char* s = error_string != nullptr ? error_string(rc) : nullptr;
-    return s != nullptr ? fmt::format("{} (NVML error {})", s, rc) : fmt::format("NVML error {}", rc);
+    return s != nullptr ? fmt::format("{} (NVML error {})", s, static_cast<int>(rc))
+                        : fmt::format("NVML error {}", static_cast<int>(rc));
   }
   ~Api() {
     if (shutdown != nullptr && device != nullptr) shutdown();
@@ -82,27 +119,33 @@ Sampler::Sampler(int device_index, std::chrono::milliseconds interval, std::stri
   sym("nvmlDeviceGetUtilizationRates", api->utilization);
   sym("nvmlDeviceGetMemoryInfo", api->memory);
   sym("nvmlErrorString", api->error_string);
+  sym("nvmlSystemGetDriverVersion", api->driver_version);
+  sym("nvmlDeviceGetName", api->device_name);
   if (!why_.empty()) return;
-  if (const nvmlReturn_t rc = api->init(); rc != 0) {
+  if (const Return rc = api->init(); rc != 0) {
     why_ = fmt::format("{}: nvmlInit_v2 failed: {}", library, api->describe(rc));
     api->shutdown = nullptr;  // nothing to shut down
     return;
   }
-  if (const nvmlReturn_t rc = api->handle_by_index(static_cast<unsigned>(device_index), &api->device); rc != 0) {
+  if (const Return rc = api->handle_by_index(static_cast<unsigned>(device_index), &api->device); rc != 0) {
     why_ = fmt::format("{}: no device {}: {}", library, device_index, api->describe(rc));
     api->shutdown();
     api->shutdown = nullptr;
     return;
   }
+  char text[kTextSize] = {};
+  if (api->driver_version(text, kTextSize) == 0) driver_ = text;
+  std::fill(text, text + kTextSize, '\0');
+  if (api->device_name(api->device, text, kTextSize) == 0) device_name_ = text;
   api_ = std::move(api);
 }
 
 Sampler::~Sampler() { stop(); }
 
 bool Sampler::read(Sample& s) {
-  nvmlUtilization_t u{};
-  nvmlMemory_t m{};
-  nvmlReturn_t rc = api_->utilization(api_->device, &u);
+  Utilization u{};
+  Memory m{};
+  Return rc = api_->utilization(api_->device, &u);
   if (rc == 0) rc = api_->memory(api_->device, &m);
   if (rc != 0) {
     std::lock_guard<std::mutex> lock(mu_);

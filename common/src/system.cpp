@@ -14,6 +14,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
+#include <torch/version.h>
 #include <fmt/format.h>
 
 #include "ddplab/error.h"
@@ -116,22 +117,46 @@ torch::Device parse_device(const std::string& spec) {
   if (s == "auto") s = torch::cuda::is_available() ? "cuda" : "cpu";
   if (s == "cpu") return torch::kCPU;
   if (s.rfind("cuda", 0) == 0) {
-    if (!torch::cuda::is_available()) {
-      throw ConfigError(
-          fmt::format("--device {}: CUDA is not available (this LibTorch was built without CUDA, or no GPU is visible)",
-                      spec));
-    }
+    torch::Device d = torch::kCPU;
     try {
-      const torch::Device d(s);
-      if (d.has_index() && d.index() >= static_cast<int>(torch::cuda::device_count())) {
-        throw ConfigError(fmt::format("--device {}: only {} CUDA device(s)", spec, torch::cuda::device_count()));
-      }
-      return d;
+      d = torch::Device(s);
     } catch (const c10::Error&) {
       throw ConfigError(fmt::format("--device '{}' is not a device (use cpu, cuda, cuda:N or auto)", spec));
     }
+    if (!torch::cuda::is_available()) {
+      const CudaInfo info = cuda_info();
+      if (!info.compiled) {
+        throw ConfigError(fmt::format(
+            "--device {}: this build of the kit has no CUDA: it was built against LibTorch {}, a CPU-only build. "
+            "Build it against a CUDA LibTorch (DDPLAB_TORCH=pip ./kit build; docs/concepts/build.md) on a machine "
+            "with a GPU, or run on --device cpu",
+            spec, TORCH_VERSION));
+      }
+      throw ConfigError(fmt::format(
+          "--device {}: this build has CUDA {} but the process sees no GPU ({}{}); check the driver "
+          "(nvidia-smi) and CUDA_VISIBLE_DEVICES, or run on --device cpu (ddplab doctor shows what CUDA sees)",
+          spec, info.toolkit, info.why_no_device.empty() ? "LibTorch found no device" : info.why_no_device,
+          info.driver.empty() ? "; no CUDA driver" : fmt::format("; driver runs CUDA {}", info.driver)));
+    }
+    if (d.has_index() && d.index() >= static_cast<int>(torch::cuda::device_count())) {
+      throw ConfigError(fmt::format("--device {}: this machine has {} CUDA device(s), cuda:0 to cuda:{}", spec,
+                                    torch::cuda::device_count(), torch::cuda::device_count() - 1));
+    }
+    return d;
   }
   throw ConfigError(fmt::format("--device '{}' is not a device (use cpu, cuda, cuda:N or auto)", spec));
+}
+
+torch::Device device_for_rank(torch::Device device, int local_rank) {
+  if (!device.is_cuda() || device.has_index()) return device;
+  const auto gpus = static_cast<int>(torch::cuda::device_count());
+  if (local_rank >= gpus) {
+    throw ConfigError(fmt::format(
+        "--device cuda: local rank {} would use cuda:{}, but this machine has {} GPU(s); NCCL runs one rank per GPU, "
+        "so start at most {} rank(s) per machine (or run the ranks on --device cpu over Gloo)",
+        local_rank, local_rank, gpus, gpus));
+  }
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
 int usable_cores() {

@@ -49,6 +49,20 @@ __attribute__((visibility("default"))) int nvmlDeviceGetUtilizationRates(void*, 
   u->memory = g / 2;
   return 0;
 }
+__attribute__((visibility("default"))) int nvmlSystemGetDriverVersion(char* out, unsigned int size) {
+  const std::string v = "999.1.2-fake";
+  if (size < v.size() + 1) return 7;  // NVML_ERROR_INSUFFICIENT_SIZE
+  v.copy(out, v.size());
+  out[v.size()] = '\0';
+  return 0;
+}
+__attribute__((visibility("default"))) int nvmlDeviceGetName(void* device, char* out, unsigned int size) {
+  const std::string v = "Fake GPU " + std::to_string(reinterpret_cast<uintptr_t>(device) - 1);
+  if (size < v.size() + 1) return 7;
+  v.copy(out, v.size());
+  out[v.size()] = '\0';
+  return 0;
+}
 __attribute__((visibility("default"))) int nvmlDeviceGetMemoryInfo(void*, Memory* m) {
   m->total = 80ull << 30;
   m->used = static_cast<unsigned long long>(env_int("FAKE_NVML_MEM_MB", 1024)) << 20;

@@ -66,7 +66,7 @@ TEST(FusedAdam, KeepsAdamsStateSoEitherOptimizerResumesTheOther) {
     p.mutable_grad() = torch::randn({64});
     fused.step();
   }
-  const auto& state = fused.state().at(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  const auto& state = fused.state().at(ddplab::compat::optim_state_key(p));
   const auto& adam = dynamic_cast<const torch::optim::AdamParamState&>(*state);
   EXPECT_EQ(adam.step(), 3);
   EXPECT_GT(adam.exp_avg_sq().abs().sum().item<float>(), 0.0f);
@@ -148,9 +148,13 @@ TEST(FusedAdam, TrainsDeepFMLikeTorchAdam) {
 namespace {
 
 TEST(FusedAdam, SparseEmbeddingGradientsGiveDenseAdamsResult) {
-  // DeepFM with row-sparse embedding gradients under the one-pass Adam against DeepFM with dense
-  // ones under torch's Adam: every row moves as under dense Adam (rows a batch did not look up
-  // too, once their moments are non-zero), so the models stay equal.
+  // DeepFM with row-sparse embedding gradients against DeepFM with dense ones, both under the
+  // one-pass Adam: every row moves as under dense Adam (rows a batch did not look up too, once
+  // their moments are non-zero), so the models stay bit-identical. The one-pass Adam itself is held
+  // to torch's Adam by the tests above (TrainsDeepFMLikeTorchAdam on this model). Comparing the
+  // sparse run with torch's Adam directly mixes two questions: torch 2.15's CPU sqrt is not
+  // correctly rounded (1 ulp off in ~20 % of elements, against std::sqrt and 1.13's kernel), and
+  // six Adam steps on DeepFM's embedding amplify one-ulp differences to ~2e-6.
   const ddplab::data::Generator gen(1);
   std::vector<ddplab::data::Sample> samples(768);
   gen.fill(0, samples.size(), samples.data());
@@ -162,7 +166,7 @@ TEST(FusedAdam, SparseEmbeddingGradientsGiveDenseAdamsResult) {
   ddplab::DeepFMOptions sparse_opts;
   sparse_opts.sparse_gradients = true;
   ddplab::DeepFM sparse(sparse_opts);
-  torch::optim::Adam reference(dense->parameters(), torch::optim::AdamOptions(1e-2));
+  ddplab::optim::FusedAdam reference(dense->parameters(), torch::optim::AdamOptions(1e-2));
   ddplab::optim::FusedAdam fused(sparse->parameters(), torch::optim::AdamOptions(1e-2));
   ddplab::StepTimer timer;
   for (int s = 0; s < 6; ++s) {
@@ -173,7 +177,7 @@ TEST(FusedAdam, SparseEmbeddingGradientsGiveDenseAdamsResult) {
     timer.end_step();
     if (s == 0) EXPECT_FALSE(sparse->embedding->weight.grad().defined());  // consumed by the step
   }
-  EXPECT_LE(max_abs_diff(dense->parameters(), sparse->parameters()), 1e-6f);
+  EXPECT_EQ(max_abs_diff(dense->parameters(), sparse->parameters()), 0.0f);
   // Rows batch 0 touched and batches 1-2 did not still moved at steps 2-3 (dense Adam, not lazy).
   EXPECT_FALSE(torch::equal(dense->embedding->weight, torch::zeros_like(dense->embedding->weight)));
 }

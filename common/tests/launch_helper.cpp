@@ -27,7 +27,8 @@ const char* kUsage =
     "  signal:NAME       kill itself with SEGV, ABRT, KILL or TERM (abort() for ABRT)\n"
     "  ignore-term       ignore SIGTERM from now on      ignore-int   the same for SIGINT\n"
     "  touch:PATH        create PATH             wait-file:PATH  wait (up to 60 s) until PATH exists\n"
-    "  grandchild:PATH   fork a child that writes its pid to PATH and sleeps 60 s\n";
+    "  grandchild:PATH   fork a child that writes its pid to PATH and sleeps 60 s\n"
+    "  rlimits           print 'AS=<bytes|unlimited> DATA=<bytes|unlimited>' (its memory limits)\n";
 
 const char* kEnvNames[] = {"RANK",         "WORLD_SIZE",          "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
                            "GROUP_RANK",   "ROLE_RANK",           "ROLE_WORLD_SIZE", "MASTER_ADDR",
@@ -75,7 +76,14 @@ int main(int argc, char** argv) {
     const std::string name = action.substr(0, colon);
     const std::string arg = colon == std::string::npos ? "" : action.substr(colon + 1);
 
-    if (name == "env") {
+    if (name == "rlimits") {
+      auto show = [](int which) {
+        rlimit r{};
+        ::getrlimit(which, &r);
+        return r.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(r.rlim_cur);
+      };
+      std::printf("AS=%s DATA=%s\n", show(RLIMIT_AS).c_str(), show(RLIMIT_DATA).c_str());
+    } else if (name == "env") {
       for (const char* key : kEnvNames) {
         const char* value = std::getenv(key);
         std::printf("%s=%s\n", key, value != nullptr ? value : "<unset>");

@@ -272,6 +272,31 @@ TEST_F(LaunchTest, LogDirHoldsEachRanksLinesUnprefixed) {
   EXPECT_EQ(log0.back(), '\n') << "a partial last line is completed";
 }
 
+TEST_F(LaunchTest, TheMemoryLimitIsOnAddressSpaceOrOnPrivateWritableMemory) {
+  // RLIMIT_AS by default; RLIMIT_DATA for a CUDA program, whose runtime reserves tens of GB of
+  // address space at start (the grader's may_use_cuda).
+  for (const bool data_only : {false, true}) {
+    LaunchSpec spec = helper_job(1, {"rlimits"});
+    spec.memory_limit_bytes = uint64_t{3} << 30;
+    spec.memory_limit_data_only = data_only;
+    Captured cap;
+    cap.attach(spec);
+    const LaunchResult result = launch(spec);
+    ASSERT_EQ(result.exit_code, 0) << result.summary;
+    const std::string limit = std::to_string(uint64_t{3} << 30);
+    ASSERT_EQ(cap.out[0].size(), 1u);
+    // The limits the launcher found are inherited too: only the one it set is compared.
+    const std::string line = cap.out[0][0];
+    if (data_only) {
+      EXPECT_NE(line.find("DATA=" + limit), std::string::npos) << line;
+      EXPECT_EQ(line.find("AS=" + limit), std::string::npos) << line;
+    } else {
+      EXPECT_NE(line.find("AS=" + limit), std::string::npos) << line;
+      EXPECT_EQ(line.find("DATA=" + limit), std::string::npos) << line;
+    }
+  }
+}
+
 TEST_F(LaunchTest, AllRanksSucceedingGivesZero) {
   LaunchSpec spec = helper_job(4, {"exit:0"});
   Captured cap;

@@ -40,6 +40,8 @@ TEST(Nvml, SamplesTheFakeDeviceOnASideThread) {
   ::setenv("FAKE_NVML_MEM_MB", "3072", 1);
   Sampler s(0, 5ms, DDPLAB_FAKE_NVML);
   ASSERT_TRUE(s.available()) << s.why_unavailable();
+  EXPECT_EQ(s.driver_version(), "999.1.2-fake");  // what doctor prints
+  EXPECT_EQ(s.device_name(), "Fake GPU 0");
   s.start();
   std::this_thread::sleep_for(150ms);
   s.stop();

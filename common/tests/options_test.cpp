@@ -3,8 +3,10 @@
 
 #include <cstdlib>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "ddplab/config.h"
 #include "ddplab/error.h"
 #include "ddplab/system.h"
 
@@ -70,14 +72,62 @@ TEST(ParseDevice, CpuAutoAndBadNames) {
   EXPECT_TRUE(ddplab::sys::parse_device("cpu").is_cpu());
   if (!torch::cuda::is_available()) {
     EXPECT_TRUE(ddplab::sys::parse_device("auto").is_cpu());
-    try {
-      ddplab::sys::parse_device("cuda");
-      FAIL();
-    } catch (const ddplab::ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("--device cuda"), std::string::npos);
+    // Why CUDA cannot be had, by build: a CPU-only LibTorch says to rebuild; a CUDA build on a
+    // machine without a GPU gives the CUDA runtime's own reason.
+    const auto info = ddplab::sys::cuda_info();
+    EXPECT_EQ(info.compiled, DDPLAB_HAVE_CUDA_01 == 1);
+    for (const char* spec : {"cuda", "cuda:1"}) {
+      try {
+        ddplab::sys::parse_device(spec);
+        FAIL() << spec;
+      } catch (const ddplab::ConfigError& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find(std::string("--device ") + spec + ":"), std::string::npos) << what;
+        if (info.compiled) {
+          EXPECT_NE(what.find("sees no GPU (cudaGetDeviceCount: "), std::string::npos) << what;
+        } else {
+          EXPECT_NE(what.find("this build of the kit has no CUDA"), std::string::npos) << what;
+          EXPECT_NE(what.find("DDPLAB_TORCH=pip ./kit build"), std::string::npos) << what;
+        }
+      }
     }
   }
   EXPECT_THROW(ddplab::sys::parse_device("tpu"), ddplab::ConfigError);
+  EXPECT_THROW(ddplab::sys::parse_device("cuda:x"), ddplab::ConfigError);
+}
+
+TEST(ParseDevice, ARankPastTheMachinesGpusIsNamed) {
+  EXPECT_TRUE(ddplab::sys::device_for_rank(torch::kCPU, 3).is_cpu());
+  EXPECT_EQ(ddplab::sys::device_for_rank(torch::Device(torch::kCUDA, 0), 3).index(), 0);  // given: kept
+  const auto gpus = static_cast<int>(torch::cuda::device_count());
+  try {
+    ddplab::sys::device_for_rank(torch::Device(torch::kCUDA), gpus);
+    FAIL() << "local rank " << gpus << " on " << gpus << " GPU(s)";
+  } catch (const ddplab::ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(
+                  fmt::format("local rank {} would use cuda:{}, but this machine has {} GPU(s)", gpus, gpus, gpus)),
+              std::string::npos)
+        << what;
+  }
+}
+
+TEST(CudaInfo, SaysWhatWasCompiledAndWhatIsLoaded) {
+  const auto info = ddplab::sys::cuda_info();
+  if (!info.compiled) {
+    EXPECT_TRUE(info.toolkit.empty() && info.devices.empty() && info.nccl_compiled.empty());
+    return;
+  }
+  EXPECT_FALSE(info.toolkit.empty());
+  EXPECT_FALSE(info.runtime.empty()) << "the CUDA runtime answers without a driver";
+  EXPECT_EQ(info.devices.empty(), !info.why_no_device.empty());
+  EXPECT_EQ(static_cast<int>(info.devices.size()), static_cast<int>(torch::cuda::device_count()));
+#if DDPLAB_HAVE_NCCL_01
+  // The kit allocates ProcessGroupNCCL with nccl.h's layout: the libnccl libtorch_cuda loaded must be
+  // the version the kit compiled against (pip: the nvidia-nccl wheel's header and library).
+  EXPECT_FALSE(info.nccl_compiled.empty());
+  EXPECT_EQ(info.nccl_loaded, info.nccl_compiled);
+#endif
 }
 
 TEST(System, BlasIsDetectedAndThreadsConfigurable) {

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "ddplab/data/shard.h"
 #include "ddplab/error.h"
@@ -251,7 +252,7 @@ RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) 
   spec.timeout_s = timeout;
   spec.grace_s = 3;
   spec.log_dir = (dir / "logs").string();
-  spec.memory_limit_bytes = static_cast<uint64_t>(ctx.spec.memory_limit_mb * 1024 * 1024);
+  apply_memory_limit(spec, ctx.spec.memory_limit_mb);
   spec.file_size_limit_bytes = uint64_t{1} << 30;
   // A collective that waits longer than this fails with the stall diagnosis instead of running
   // into the run's wall-clock timeout silently.
@@ -639,11 +640,13 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
       if (ref.contains(k)) user_paths.secrets.push_back(ref.at(k).get<std::string>());
     }
   }
-  user_paths.readable = data_dirs;
+  std::vector<std::string> read_only = data_dirs;  // and the libraries the programs load (a pip torch)
+  for (const auto& d : kit_library_dirs()) read_only.push_back(d);
+  user_paths.readable = read_only;
   user_paths.readable.push_back(o.build_dir);  // the programs, and the headers a submission compiles with
   user_paths.readable.push_back((fs::path(o.source_dir) / "labs" / spec.folder).string());
   user_paths.out_dir = o.out_dir;
-  const Sandbox sandbox = make_sandbox(parse_sandbox_mode(o.sandbox), data_dirs, user_paths);
+  const Sandbox sandbox = make_sandbox(parse_sandbox_mode(o.sandbox), read_only, user_paths);
   if (sandbox.enabled) {
     say(sandbox.note);
   } else if (o.sandbox != "none") {

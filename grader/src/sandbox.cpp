@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -19,7 +20,9 @@
 #include <mutex>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "ddplab/config.h"
 #include "ddplab/error.h"
 
 namespace fs = std::filesystem;
@@ -87,6 +90,22 @@ const char* sandbox_mode_name(SandboxMode m) {
     case SandboxMode::kNone: return "none";
   }
   return "auto";
+}
+
+void apply_memory_limit(LaunchSpec& spec, double memory_mb) {
+  spec.memory_limit_bytes = static_cast<uint64_t>(memory_mb * 1024 * 1024);
+  spec.memory_limit_data_only = DDPLAB_HAVE_CUDA_01 == 1;
+}
+
+std::vector<std::string> kit_library_dirs() {
+  std::vector<std::string> dirs;
+  const std::string list = DDPLAB_LIBRARY_DIRS;
+  for (size_t at = 0; at < list.size();) {
+    const size_t end = std::min(list.find(';', at), list.size());
+    if (end > at) dirs.push_back(list.substr(at, end - at));
+    at = end + 1;
+  }
+  return dirs;
 }
 
 std::string default_run_as() {

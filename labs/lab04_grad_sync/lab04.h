@@ -13,14 +13,21 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/torch.h>
 
 #include "ddplab/dist/communicator.h"
 #include "ddplab/dist/grad_sync.h"
 #include "ddplab/error.h"
+#include "ddplab/torch_compat.h"
 
 namespace lab04 {
+
+/// The owning pointer to an autograd node (a parameter's AccumulateGrad, an Edge's function):
+/// std::shared_ptr<Node> in LibTorch 1.13, c10::intrusive_ptr<Node> in 2.x. Either way it has
+/// get() and ->, and compares with nullptr.
+using NodePtr = ddplab::compat::NodePtr;
 
 using ddplab::dist::Bucket;
 using ddplab::dist::Communicator;
@@ -62,8 +69,7 @@ std::vector<Bucket> assign_buckets(const std::vector<torch::Tensor>& params, con
 /// without a visited set the walk can be exponential); return, in increasing order, every index i
 /// whose accumulators[i] (a parameter's AccumulateGrad node) was not reached. A root without a
 /// grad_fn reaches nothing.
-std::vector<size_t> unreached_parameters(const torch::Tensor& root,
-                                         const std::vector<std::shared_ptr<torch::autograd::Node>>& accumulators);
+std::vector<size_t> unreached_parameters(const torch::Tensor& root, const std::vector<NodePtr>& accumulators);
 
 /// Exercise 04.1b: after backward, one blocking allreduce per bucket.
 ///
@@ -141,11 +147,11 @@ class OverlapSync final : public ddplab::dist::GradSync {
   ddplab::Error bucket_not_launched(size_t b) const;
 
   bool find_unused_;
-  std::vector<torch::Tensor> flat_;                                   ///< bucket -> flat buffer
-  std::vector<size_t> bucket_of_;                                     ///< parameter -> its bucket
-  std::vector<int64_t> offset_;                                       ///< parameter -> first element of its slot
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  ///< parameter -> AccumulateGrad
-  std::vector<std::uintptr_t> hook_keys_;                             ///< parameter -> its post hook
+  std::vector<torch::Tensor> flat_;        ///< bucket -> flat buffer
+  std::vector<size_t> bucket_of_;          ///< parameter -> its bucket
+  std::vector<int64_t> offset_;            ///< parameter -> first element of its slot
+  std::vector<NodePtr> accumulators_;      ///< parameter -> AccumulateGrad
+  std::vector<std::uintptr_t> hook_keys_;  ///< parameter -> its post hook
   std::mutex mu_;
   bool armed_ = false;                                           ///< a synced step is open
   std::vector<bool> ready_;                                      ///< parameter -> packed this step

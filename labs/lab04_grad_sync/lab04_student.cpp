@@ -20,8 +20,7 @@ std::vector<Bucket> assign_buckets(const std::vector<torch::Tensor>& params, con
   // END STUDENT CODE
 }
 
-std::vector<size_t> unreached_parameters(const torch::Tensor& root,
-                                         const std::vector<std::shared_ptr<torch::autograd::Node>>& accumulators) {
+std::vector<size_t> unreached_parameters(const torch::Tensor& root, const std::vector<NodePtr>& accumulators) {
   // BEGIN STUDENT CODE (04.3: the parameters a backward will not reach)
   throw ddplab::NotImplemented("04.3", "unreached_parameters: walk the graph from root.grad_fn()");
   // END STUDENT CODE

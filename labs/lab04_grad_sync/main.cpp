@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "lab04.h"

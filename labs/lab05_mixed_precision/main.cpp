@@ -12,6 +12,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "lab05.h"
 
@@ -53,11 +54,15 @@ int main(int argc, char** argv) {
   bool autocast = false, loss_scaling = false, emulate_fp16 = false;
   int64_t inject_every = 0, growth_interval = 2000;
   double init_scale = 65536.0;
+  std::string autocast_dtype = "auto";
   LabProgram program;
   program.name = DDPLAB_LAB_NAME;
   program.description = "Lab 05: mixed precision — an autocast scope, a dynamic loss scaler, ranks that agree";
   program.add_flags = [&](LabFlags& f) {
     f.flag("--autocast", autocast, "Forward pass in the device's low precision (bfloat16 on CPU, float16 on CUDA)");
+    f.option("--autocast-dtype", autocast_dtype,
+             "The low precision of --autocast: auto (bfloat16 on CPU, float16 on CUDA), float16 or bfloat16")
+        ->check(CLI::IsMember({"auto", "float16", "bfloat16"}));
     f.flag("--loss-scaling", loss_scaling, "Scale the loss, unscale the gradients, skip steps with inf/NaN (05.2)");
     f.flag("--emulate-fp16-grads", emulate_fp16,
            "Round every gradient through float16 after backward, and report what it flushes to zero");
@@ -79,7 +84,9 @@ int main(int argc, char** argv) {
     const std::vector<torch::Tensor> params = model->parameters();
     auto sync = dist::make_grad_sync(dist::SyncStrategy::kBucketed, *comm, params);
     const torch::DeviceType device = run.device().type();
-    const torch::ScalarType low = amp::low_precision_dtype(device);
+    const torch::ScalarType low = autocast_dtype == "auto"      ? amp::low_precision_dtype(device)
+                                  : autocast_dtype == "float16" ? torch::kHalf
+                                                                : torch::kBFloat16;
 
     std::unique_ptr<lab05::LossScaler> scaler;
     if (loss_scaling) {

@@ -58,8 +58,7 @@ std::vector<Bucket> assign_buckets(const std::vector<torch::Tensor>& params, con
   // END STUDENT CODE
 }
 
-std::vector<size_t> unreached_parameters(const torch::Tensor& root,
-                                         const std::vector<std::shared_ptr<torch::autograd::Node>>& accumulators) {
+std::vector<size_t> unreached_parameters(const torch::Tensor& root, const std::vector<NodePtr>& accumulators) {
   // BEGIN STUDENT CODE (04.3: the parameters a backward will not reach)
   std::unordered_set<const torch::autograd::Node*> seen;
   std::vector<const torch::autograd::Node*> todo;
@@ -145,7 +144,7 @@ OverlapSync::OverlapSync(Communicator& comm, const std::vector<torch::Tensor>& p
   }
   // BEGIN STUDENT CODE (04.2: a hook after each gradient's accumulation)
   for (size_t i = 0; i < params_.size(); ++i) {
-    std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params_[i]);
+    NodePtr acc = torch::autograd::impl::grad_accumulator(params_[i]);
     DDPLAB_CHECK(acc != nullptr, fmt::format("parameter {} has no gradient accumulator (not a leaf?)", i));
     hook_keys_.push_back(acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
         [this, i](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {

@@ -7,6 +7,8 @@
 
 #include <torch/torch.h>
 
+#include "ddplab/torch_compat.h"
+
 namespace ddplab::optim {
 
 /// Sums the rows of a row-sparse gradient that share a row id, in the order given (the roundings
@@ -66,8 +68,8 @@ class FusedAdam : public torch::optim::Adam {
   torch::Tensor step(LossClosure closure = nullptr) override;
 
  private:
-  std::unordered_map<std::string, RowAccumulator> rows_;        ///< per sparse table, scratch only
-  std::unordered_map<std::string, std::vector<float>> zeroed_;  ///< per narrow sparse table: a zero gradient
+  std::unordered_map<compat::OptimStateKey, RowAccumulator> rows_;        ///< per sparse table, scratch only
+  std::unordered_map<compat::OptimStateKey, std::vector<float>> zeroed_;  ///< per narrow sparse table: a zero gradient
 };
 
 /// The kit's trainers' choice of Adam: "fused" (FusedAdam) or "torch" (torch::optim::Adam), same

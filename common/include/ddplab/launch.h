@@ -34,6 +34,12 @@ struct LaunchSpec {
   /// (RLIMIT_FSIZE). The grader sets both; core dumps are off whenever either is set.
   uint64_t memory_limit_bytes = 0;
   uint64_t file_size_limit_bytes = 0;
+  /// The memory limit bounds private writable memory (RLIMIT_DATA: the heap, anonymous mappings,
+  /// thread stacks) instead of all address space. For CUDA programs: the CUDA runtime reserves tens
+  /// of GB of address space at initialisation, and under a 4 GB RLIMIT_AS cudaGetDeviceCount fails
+  /// with "out of memory" (seen on an H200 machine, driver 580); the reservation is not writable
+  /// until used, so RLIMIT_DATA still stops a host-memory blow-up.
+  bool memory_limit_data_only = false;
   /// If set, every output line of a rank (without its newline) goes here instead of the terminal.
   /// Called from the thread that called launch(), one line at a time.
   std::function<void(int rank, bool is_stderr, const std::string& line)> on_line;

@@ -52,6 +52,10 @@ class Sampler {
 
   bool available() const noexcept { return api_ != nullptr; }
   const std::string& why_unavailable() const noexcept { return why_; }
+  /// The driver's version ("580.159.03") and the device's name ("NVIDIA H200"), read at
+  /// construction; empty when unavailable.
+  const std::string& driver_version() const noexcept { return driver_; }
+  const std::string& device_name() const noexcept { return device_name_; }
   /// Starts the side thread (no-op when unavailable or running).
   void start();
   /// Stops it and keeps the samples (no-op when not running).
@@ -67,6 +71,7 @@ class Sampler {
   int device_index_;
   std::chrono::milliseconds interval_;
   std::string why_;
+  std::string driver_, device_name_;
   std::unique_ptr<Api> api_;
   std::thread thread_;
   std::atomic<bool> running_{false};

@@ -36,8 +36,34 @@ BlasInfo blas_info();
 double measure_sgemm_gflops(double min_seconds = 0.5);
 
 /// Parses --device: "cpu", "cuda", "cuda:N" or "auto" (CUDA when available). Throws
-/// ddplab::ConfigError naming the flag when CUDA is asked for and not available.
+/// ddplab::ConfigError naming the flag and the reason when CUDA is asked for and not available: a
+/// kit built against a CPU-only LibTorch (and how to rebuild), or a CUDA build that sees no GPU
+/// (the CUDA runtime's own reason), or an index past the devices there are.
 torch::Device parse_device(const std::string& spec);
+
+/// The device of local rank `local_rank` for a parsed --device: "cuda" without an index becomes
+/// cuda:`local_rank` (NCCL runs one rank per GPU); throws ConfigError naming the rank when this
+/// machine has fewer GPUs than that. CPU and indexed devices are returned as given.
+torch::Device device_for_rank(torch::Device device, int local_rank);
+
+/// What this build and this machine give CUDA (ddplab doctor): compiled in or not, the CUDA
+/// runtime, driver and devices the process sees, and NCCL as compiled against and as loaded.
+struct CudaInfo {
+  struct Device {
+    std::string name;
+    int major = 0, minor = 0;  ///< compute capability
+    int64_t memory_bytes = 0;
+  };
+  bool compiled = false;        ///< this build has CUDA (a CUDA LibTorch)
+  std::string toolkit;          ///< the CUDA the kit compiled against ("13.2"), "" when not compiled
+  std::string runtime;          ///< cudaRuntimeGetVersion ("13.2")
+  std::string driver;           ///< cudaDriverGetVersion: the newest CUDA the driver runs, "" without one
+  std::vector<Device> devices;  ///< what cudaGetDeviceCount and cudaGetDeviceProperties report
+  std::string why_no_device;    ///< the runtime's reason when devices is empty ("no CUDA-capable device ...")
+  std::string nccl_compiled;    ///< nccl.h's version the kit's ProcessGroupNCCL was compiled with, "" without NCCL
+  std::string nccl_loaded;      ///< ncclGetVersion of the libnccl this process loaded, "" when none is loaded
+};
+CudaInfo cuda_info();
 
 /// Cores this process may run on (sched_getaffinity), at least 1.
 int usable_cores();

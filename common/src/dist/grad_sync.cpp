@@ -15,6 +15,7 @@
 
 #include "ddplab/error.h"
 #include "ddplab/fused_adam.h"
+#include "ddplab/torch_compat.h"
 
 namespace ddplab::dist {
 namespace {
@@ -274,7 +275,7 @@ class OverlapSync final : public BucketedSync {
         remaining_(buckets_.size(), 0),
         pending_(buckets_.size()) {
     for (size_t i = 0; i < params_.size(); ++i) {
-      std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(params_[i]);
+      compat::NodePtr acc = torch::autograd::impl::grad_accumulator(params_[i]);
       DDPLAB_CHECK(acc != nullptr, fmt::format("grad sync: parameter {} has no gradient accumulator", i));
       hook_keys_.push_back(acc->add_post_hook(std::make_unique<ReadyHook>(*this, i)));
       accumulators_.push_back(std::move(acc));
@@ -352,7 +353,7 @@ class OverlapSync final : public BucketedSync {
     }
   }
 
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps the hooked nodes alive
+  std::vector<compat::NodePtr> accumulators_;  // keeps the hooked nodes alive
   std::vector<std::uintptr_t> hook_keys_;
   std::mutex mu_;  // hooks may run on an autograd device thread
   bool armed_ = false;

@@ -6,6 +6,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
+#include <unistd.h>
+
 #include <csignal>
 #include <cinttypes>
 #include <cstdio>
@@ -17,6 +19,7 @@
 
 #include "ddplab/config.h"
 #include "ddplab/error.h"
+#include "ddplab/log.h"
 #include "mpi_backend.h"
 
 #ifdef DDPLAB_HAVE_GLOO
@@ -56,6 +59,26 @@ bool is_loopback(const std::string& addr) {
 }
 
 }  // namespace
+
+void require_one_device_per_rank(compat::Store& store, int rank, int size, const std::string& device_id) {
+  const auto key = [](int r) { return fmt::format("ddplab/device/{}", r); };
+  store.set(key(rank), std::vector<uint8_t>(device_id.begin(), device_id.end()));
+  std::vector<std::string> ids(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    const std::vector<uint8_t> v = store.get(key(r));  // waits for rank r, up to the store's timeout
+    ids[static_cast<size_t>(r)] = std::string(v.begin(), v.end());
+  }
+  for (int a = 0; a < size; ++a) {
+    for (int b = a + 1; b < size; ++b) {
+      if (ids[static_cast<size_t>(a)] != ids[static_cast<size_t>(b)]) continue;
+      throw ConfigError(fmt::format(
+          "rank {}: --backend nccl: ranks {} and {} both run on {}; NCCL needs one GPU per rank. Start at most "
+          "one rank per GPU of each machine (--device cuda gives local rank N cuda:N), or run the ranks on "
+          "--device cpu over Gloo",
+          rank, a, b, ids[static_cast<size_t>(a)]));
+    }
+  }
+}
 
 std::unique_ptr<ProcessGroup> ProcessGroup::join(const Environment& env, torch::Device device,
                                                  const ProcessGroupOptions& opts) {
@@ -107,10 +130,16 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<compat::Store> store, int rank, in
   }
   if (device.is_cuda()) {
 #ifdef DDPLAB_HAVE_NCCL
+    if (size > 1) {
+      char host[256] = {};
+      ::gethostname(host, sizeof(host) - 1);
+      require_one_device_per_rank(*store_, rank, size, fmt::format("{}/{}", host, device.str()));
+    }
     auto o = c10d::ProcessGroupNCCL::Options::create();
     o->timeout = opts.timeout;
     backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, rank, size, o);
     backend_name_ = "nccl";
+    device_ = device;
 #else
     throw ConfigError("--device cuda needs NCCL, and this LibTorch build has no NCCL backend");
 #endif
@@ -158,8 +187,7 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<compat::Store> store, int rank, in
 
 ProcessGroup::~ProcessGroup() {
   stop_publisher();
-  backend_.reset();
-  store_.reset();
+  release_backend();
 }
 
 void ProcessGroup::wait(const c10::intrusive_ptr<compat::Work>& work, Op op) {
@@ -247,11 +275,22 @@ void ProcessGroup::stop_publisher() {
   if (publisher_.joinable()) publisher_.join();
 }
 
+torch::Tensor ProcessGroup::staged(const torch::Tensor& t) const {
+  if (!device_.is_cuda() || !t.defined() || t.device() == device_) return t;
+  return t.to(device_);
+}
+
+void ProcessGroup::unstage(torch::Tensor& t, const torch::Tensor& on_device) {
+  if (on_device.defined() && !on_device.is_same(t))
+    t.copy_(on_device);  // device to host: waits for the collective's stream
+}
+
 void ProcessGroup::allreduce(torch::Tensor& t) {
   Recorder r(*this, Op::kAllreduce, nbytes(t));
   note_entered(Op::kAllreduce, stats_.sequence, stats_.last_bytes);
-  std::vector<at::Tensor> v{t};
+  std::vector<at::Tensor> v{staged(t)};
   wait(backend_->allreduce(v), Op::kAllreduce);
+  unstage(t, v[0]);
 }
 
 /// An allreduce in flight. It remembers its own sequence number and size, because by the time it
@@ -259,8 +298,15 @@ void ProcessGroup::allreduce(torch::Tensor& t) {
 class ProcessGroup::AsyncWork final : public Pending {
  public:
   AsyncWork(ProcessGroup& pg, c10::intrusive_ptr<compat::Work> work, int64_t sequence, int64_t bytes, int lane,
-            std::chrono::steady_clock::time_point launched)
-      : pg_(pg), work_(std::move(work)), sequence_(sequence), bytes_(bytes), lane_(lane), launched_(launched) {}
+            std::chrono::steady_clock::time_point launched, torch::Tensor host = {}, torch::Tensor on_device = {})
+      : pg_(pg),
+        work_(std::move(work)),
+        sequence_(sequence),
+        bytes_(bytes),
+        lane_(lane),
+        launched_(launched),
+        host_(std::move(host)),
+        on_device_(std::move(on_device)) {}
 
   void wait() override {
     if (!work_) return;
@@ -277,6 +323,7 @@ class ProcessGroup::AsyncWork final : public Pending {
       charge();  // a timed-out wait was still time spent waiting
       throw;
     }
+    ProcessGroup::unstage(host_, on_device_);
     charge();
   }
 
@@ -286,6 +333,7 @@ class ProcessGroup::AsyncWork final : public Pending {
   int64_t sequence_, bytes_;
   int lane_;  // on the trace; -1 when tracing is off
   std::chrono::steady_clock::time_point launched_;
+  torch::Tensor host_, on_device_;  // a host tensor reduced through the GPU (NCCL), copied back at wait
 };
 
 std::shared_ptr<Pending> ProcessGroup::allreduce_async(torch::Tensor& t) {
@@ -295,17 +343,19 @@ std::shared_ptr<Pending> ProcessGroup::allreduce_async(torch::Tensor& t) {
   trace::Recorder* tr = tracer();
   const int lane = tr != nullptr ? tr->begin_collective() : -1;
   const auto launched = tr != nullptr ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-  std::vector<at::Tensor> v{t};
-  return std::make_shared<AsyncWork>(*this, backend_->allreduce(v), sequence, bytes, lane, launched);
+  std::vector<at::Tensor> v{staged(t)};
+  auto work = backend_->allreduce(v);
+  return std::make_shared<AsyncWork>(*this, std::move(work), sequence, bytes, lane, launched, t, v[0]);
 }
 
 void ProcessGroup::broadcast(torch::Tensor& t, int root) {
   Recorder r(*this, Op::kBroadcast, nbytes(t));
   note_entered(Op::kBroadcast, stats_.sequence, stats_.last_bytes);
-  std::vector<at::Tensor> v{t};
+  std::vector<at::Tensor> v{staged(t)};
   c10d::BroadcastOptions o;
   o.rootRank = root;
   wait(backend_->broadcast(v, o), Op::kBroadcast);
+  unstage(t, v[0]);
 }
 
 void ProcessGroup::allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) {
@@ -313,9 +363,11 @@ void ProcessGroup::allgather(std::vector<torch::Tensor>& out, const torch::Tenso
                fmt::format("allgather: {} output tensors for {} ranks", out.size(), size_));
   Recorder r(*this, Op::kAllgather, nbytes(in));
   note_entered(Op::kAllgather, stats_.sequence, stats_.last_bytes);
-  std::vector<std::vector<at::Tensor>> o{out};
-  std::vector<at::Tensor> i{in};
+  std::vector<std::vector<at::Tensor>> o(1);
+  for (const auto& t : out) o[0].push_back(staged(t));
+  std::vector<at::Tensor> i{staged(in)};
   wait(backend_->allgather(o, i), Op::kAllgather);
+  for (size_t k = 0; k < out.size(); ++k) unstage(out[k], o[0][k]);
 }
 
 void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in) {
@@ -323,9 +375,10 @@ void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in) {
                fmt::format("all_to_all: dim 0 ({}) is not divisible by {} ranks", in.size(0), size_));
   Recorder r(*this, Op::kAllToAll, nbytes(in));
   note_entered(Op::kAllToAll, stats_.sequence, stats_.last_bytes);
-  at::Tensor i = in;
+  at::Tensor i = staged(in), o = staged(out);
   std::vector<int64_t> equal;  // empty split sizes: equal chunks
-  wait(backend_->alltoall_base(out, i, equal, equal), Op::kAllToAll);
+  wait(backend_->alltoall_base(o, i, equal, equal), Op::kAllToAll);
+  unstage(out, o);
 }
 
 void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& out_splits,
@@ -346,23 +399,25 @@ void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in, const
   check(out_splits, out, "output");
   Recorder r(*this, Op::kAllToAll, nbytes(in));
   note_entered(Op::kAllToAll, stats_.sequence, stats_.last_bytes);
-  at::Tensor i = in;
+  at::Tensor i = staged(in), o = staged(out);
   std::vector<int64_t> o_splits = out_splits, i_splits = in_splits;
-  wait(backend_->alltoall_base(out, i, o_splits, i_splits), Op::kAllToAll);
+  wait(backend_->alltoall_base(o, i, o_splits, i_splits), Op::kAllToAll);
+  unstage(out, o);
 }
 
 void ProcessGroup::send(const torch::Tensor& t, int dst, int tag) {
   Recorder r(*this, Op::kSend, nbytes(t));
   note_entered(Op::kSend, stats_.sequence, stats_.last_bytes);
-  std::vector<at::Tensor> v{t};
+  std::vector<at::Tensor> v{staged(t)};
   wait(backend_->send(v, dst, tag), Op::kSend);
 }
 
 void ProcessGroup::recv(torch::Tensor& t, int src, int tag) {
   Recorder r(*this, Op::kRecv, nbytes(t));
   note_entered(Op::kRecv, stats_.sequence, stats_.last_bytes);
-  std::vector<at::Tensor> v{t};
+  std::vector<at::Tensor> v{staged(t)};
   wait(backend_->recv(v, src, tag), Op::kRecv);
+  unstage(t, v[0]);
 }
 
 void ProcessGroup::barrier() {
@@ -375,6 +430,17 @@ void ProcessGroup::shutdown() {
   if (!backend_) return;
   barrier();
   stop_publisher();
+  release_backend();
+}
+
+void ProcessGroup::release_backend() {
+  if (backend_) {
+    try {
+      compat::shutdown_backend(*backend_);
+    } catch (const std::exception& e) {
+      log::warn("rank {}: shutting the {} backend down: {}", rank_, backend_name_, e.what());
+    }
+  }
   backend_.reset();
   store_.reset();
 }

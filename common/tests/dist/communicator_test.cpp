@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "thread_ranks.h"
@@ -255,5 +256,38 @@ TEST(ProcessGroup, AWriteToAPeerThatLeftIsAnErrorNotSigpipe) {
 #else
 TEST(Collectives, NeedGloo) { GTEST_SKIP() << "this LibTorch build has no Gloo backend"; }
 #endif
+
+// NCCL's one-GPU-per-rank rule, checked through the store before any communicator exists (the
+// check itself needs no GPU: ranks as threads over one in-memory store).
+std::vector<std::string> device_check(const std::vector<std::string>& ids) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::string> errors(ids.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < ids.size(); ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ddplab::dist::require_one_device_per_rank(*store, static_cast<int>(r), static_cast<int>(ids.size()), ids[r]);
+      } catch (const ddplab::ConfigError& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST(OneDevicePerRank, DistinctDevicesPass) {
+  for (const auto& e : device_check({"a/cuda:0", "a/cuda:1", "b/cuda:0"})) EXPECT_EQ(e, "");
+}
+
+TEST(OneDevicePerRank, TwoRanksOnOneGpuFailOnEveryRankNamingBoth) {
+  const auto errors = device_check({"a/cuda:0", "b/cuda:0", "a/cuda:0"});
+  for (size_t r = 0; r < errors.size(); ++r) {
+    EXPECT_NE(errors[r].find(fmt::format("rank {}: --backend nccl: ranks 0 and 2 both run on a/cuda:0", r)),
+              std::string::npos)
+        << errors[r];
+    EXPECT_NE(errors[r].find("NCCL needs one GPU per rank"), std::string::npos) << errors[r];
+  }
+}
 
 }  // namespace

@@ -62,7 +62,7 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   spec.command = {ctx.bin.tests, "--gtest_filter=" + filter, "--gtest_output=json:" + out.string(), "--gtest_color=no"};
   spec.timeout_s = c.number("timeout_s") > 0 ? c.number("timeout_s") : ctx.spec.test_timeout_s;
   spec.prefix_output = false;
-  spec.memory_limit_bytes = static_cast<uint64_t>(ctx.spec.memory_limit_mb * 1024 * 1024);
+  apply_memory_limit(spec, ctx.spec.memory_limit_mb);
   spec.file_size_limit_bytes = uint64_t{1} << 30;
   std::string log;
   spec.on_line = [&](int, bool, const std::string& l) {

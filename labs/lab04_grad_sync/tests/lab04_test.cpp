@@ -355,8 +355,8 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, Lab04Overlap, ::testing::Values(1, 2, 3));
 // ---------------------------------------------------------------------------------------------
 // 04.3: parameters a step does not use
 
-std::vector<std::shared_ptr<torch::autograd::Node>> accumulators(Net& net) {
-  std::vector<std::shared_ptr<torch::autograd::Node>> out;
+std::vector<lab04::NodePtr> accumulators(Net& net) {
+  std::vector<lab04::NodePtr> out;
   for (const auto& p : net->parameters()) out.push_back(torch::autograd::impl::grad_accumulator(p));
   return out;
 }

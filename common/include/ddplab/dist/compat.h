@@ -24,4 +24,16 @@ using Backend = c10d::ProcessGroup;
 using Work = c10d::Work;
 using Store = c10d::Store;
 
+/// Releases a backend's resources before its destructor runs. 2.x backends have shutdown() (a
+/// ProcessGroupNCCL destroyed without it warns and may leak its communicators; Gloo's does
+/// nothing); 1.13's have none, and 2.x releases that predate it are detected rather than listed.
+template <class B>
+void shutdown_backend(B& backend) {
+#if TORCH_VERSION_MAJOR >= 2
+  if constexpr (requires { backend.shutdown(); }) backend.shutdown();
+#else
+  (void)backend;
+#endif
+}
+
 }  // namespace ddplab::dist::compat

@@ -31,6 +31,13 @@ struct ProcessGroupOptions {
   std::string backend = "auto";
 };
 
+/// NCCL runs one rank per GPU: two ranks of a communicator on one device fail inside NCCL
+/// ("Duplicate GPU detected") or hang. Each rank publishes `device_id` (host and CUDA device, e.g.
+/// "node1/cuda:0") under a key of `store`, reads every rank's, and throws ConfigError naming the
+/// ranks that share a device — on each rank alike, before any NCCL communicator exists. The
+/// store's own timeout bounds the wait for a missing rank.
+void require_one_device_per_rank(compat::Store& store, int rank, int size, const std::string& device_id);
+
 class ProcessGroup final : public Communicator {
  public:
   /// Joins the job described by `env`: rank 0 serves a TCPStore on MASTER_ADDR:MASTER_PORT, the
@@ -78,6 +85,8 @@ class ProcessGroup final : public Communicator {
   /// "rank 0 last entered allreduce #12 (40 bytes); rank 1 ..." from the store, best effort.
   std::string describe_ranks();
   void start_publisher();
+  /// Shuts the backend down (where this LibTorch has Backend::shutdown) and drops it and the store.
+  void release_backend();
   void stop_publisher();
   std::atomic<int64_t> entered_seq_{0}, entered_bytes_{0}, published_seq_{-1};
   std::atomic<int> entered_op_{static_cast<int>(Op::kCount)};
@@ -85,7 +94,15 @@ class ProcessGroup final : public Communicator {
   std::mutex publisher_mutex_;
   std::condition_variable publisher_cv_;
   bool publisher_stop_ = false;
+  /// NCCL moves CUDA tensors only: a CPU tensor given to a collective (the kit's metadata, a
+  /// lab's agreement checks) travels through this rank's GPU, a copy each way. Gloo and MPI take
+  /// CPU tensors as they are (staged() returns the tensor itself).
+  torch::Tensor staged(const torch::Tensor& t) const;
+  /// After a collective on staged(t): the result back into t where t was a host tensor.
+  static void unstage(torch::Tensor& t, const torch::Tensor& on_device);
+
   int rank_, size_;
+  torch::Device device_ = torch::kCPU;  ///< the device collectives run on: the rank's GPU under NCCL
   std::string backend_name_;
   c10::intrusive_ptr<compat::Store> store_;
   c10::intrusive_ptr<compat::Backend> backend_;

@@ -54,6 +54,17 @@ struct UserSandboxPaths {
   std::string out_dir;                ///< the grader's output folder: made traversable (0711), not listable
 };
 
+/// The folders outside the system ones that hold libraries the kit's programs load: a pip torch,
+/// its nvidia-* wheels and the build's links to them (DDPLAB_LIBRARY_DIRS, set at configure time;
+/// none for Debian's LibTorch). Confined programs must be able to read them to start at all.
+std::vector<std::string> kit_library_dirs();
+
+/// Sets a graded program's memory limit of `memory_mb` per rank: on address space in a CPU build;
+/// on private writable memory in a CUDA build, whose programs map ~2.7 GB of CUDA libraries before
+/// they allocate a byte and whose CUDA runtime reserves tens of GB at start
+/// (LaunchSpec::memory_limit_data_only). Core dumps go off with it.
+void apply_memory_limit(LaunchSpec& spec, double memory_mb);
+
 /// The kit's ddplab-run-as next to the running program (<build>/bin/ddplab-run-as).
 std::string default_run_as();
 
