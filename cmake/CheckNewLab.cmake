@@ -33,6 +33,7 @@ file(WRITE ${lab}/planted/halves/expect.toml "file = \"lab99_student.cpp\"\nchec
 file(APPEND ${kit}/labs/CMakeLists.txt "ddplab_add_lab(lab99_demo)\n")
 
 string(REPLACE "|" ";" configure "${CONFIGURE}")
+string(REPLACE "<semicolon>" "\\;" configure "${configure}")  # a value's own list, one argument still
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${kit} -B ${WORK}/build -G Ninja -DCMAKE_BUILD_TYPE=Release
                         -DDDPLAB_BUILD_BOTH_TREES=ON -DDDPLAB_PCH=OFF ${configure}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)

@@ -9,7 +9,7 @@
 # --- Where is this LibTorch, and which CUDA toolkit matches it (before find_package(Torch), which
 # runs enable_language(CUDA) and FindCUDA for a CUDA build). -------------------------------------
 find_file(DDPLAB_TORCH_CONFIG_FILE Torch/TorchConfig.cmake TorchConfig.cmake
-          PATHS ${CMAKE_PREFIX_PATH} ${Torch_DIR} NO_DEFAULT_PATH)
+          PATHS ${CMAKE_PREFIX_PATH} ${Torch_DIR} PATH_SUFFIXES share/cmake NO_DEFAULT_PATH)
 set(DDPLAB_TORCH_SITE "")
 if(DDPLAB_TORCH_CONFIG_FILE)
   get_filename_component(_torch_prefix "${DDPLAB_TORCH_CONFIG_FILE}/../../../.." ABSOLUTE)
@@ -173,11 +173,11 @@ if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES OR CUDA_FOUND)
   endif()
   # The NCCL headers must be the NCCL torch runs with: ProcessGroupNCCL's layout depends on nccl.h's
   # NCCL_HAS_* macros, and the kit allocates it (libtorch_cuda's RPATH names ../../nvidia/nccl/lib).
-  set(_nccl_include "")
+  unset(_nccl_include)
   if(EXISTS "${DDPLAB_TORCH_SITE}/nvidia/nccl/include/nccl.h")
     set(_nccl_include "${DDPLAB_TORCH_SITE}/nvidia/nccl/include")
   else()
-    find_path(_nccl_include nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDA_INCLUDE_DIRS})
+    find_path(_nccl_include nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDA_INCLUDE_DIRS} NO_CACHE)
   endif()
   if(_nccl_include)
     file(STRINGS "${_nccl_include}/nccl.h" _nccl_lines REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
@@ -292,3 +292,8 @@ if(DDPLAB_HAVE_CUDA)
   message(STATUS "ddplab: CUDA ${CUDAToolkit_VERSION} (${CUDAToolkit_BIN_DIR}; torch built with ${DDPLAB_TORCH_CUDA}); NCCL ${DDPLAB_NCCL_FROM}; NVML header ${DDPLAB_NVML_INCLUDE}")
 endif()
 message(STATUS "ddplab: Gloo backend ${DDPLAB_HAVE_GLOO}, MPI backend ${DDPLAB_HAVE_MPI}, CUDA ${DDPLAB_HAVE_CUDA}, NCCL ${DDPLAB_HAVE_NCCL}")
+# What this build has, recorded in CMakeCache.txt for whoever inspects a build folder.
+foreach(_v DDPLAB_HAVE_GLOO DDPLAB_HAVE_MPI DDPLAB_HAVE_CUDA DDPLAB_HAVE_NCCL)
+  set(${_v} ${${_v}} CACHE INTERNAL "found at configure time (cmake/Dependencies.cmake)" FORCE)
+endforeach()
+set(DDPLAB_TORCH_VERSION "${Torch_VERSION}" CACHE INTERNAL "the LibTorch this build compiles against" FORCE)

@@ -81,7 +81,7 @@ step() {
   fi
   local t0=$SECONDS rc
   printf '\n===== %s: %s (limit %s s)\n$ %s\n' "$name" "$what" "$limit" "$cmd" | tee -a "$LOG"
-  timeout --kill-after=10 "$limit" bash -c "$cmd" 2>&1 | tee -a "$LOG"
+  timeout --kill-after=10 "$limit" bash -o pipefail -c "$cmd" 2>&1 | tee -a "$LOG"
   rc=${PIPESTATUS[0]}
   local verdict=OK
   if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
@@ -103,13 +103,13 @@ TORCH_PREFIX='$('"$PY"' -c "import torch; print(torch.utils.cmake_prefix_path)")
 step env 60 "the machine: GPU, driver, torch, CUDA, tools" \
   "nvidia-smi; $PY -c 'import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"gpus\", torch.cuda.device_count(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else \"-\")'; nvcc --version | tail -2; cmake --version | head -1; ninja --version; c++ --version | head -1; nproc; ls $BUNDLE"
 step configure 240 "CMake against this torch (CUDA, NCCL, Gloo required), deps from $BUNDLE" \
-  "cmake -S $ROOT -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$TORCH_PREFIX -DDDPLAB_REQUIRE_CUDA=ON -DDDPLAB_DEPS_DIR=$BUNDLE -DDDPLAB_TORCH=gpu-check -DDDPLAB_WERROR=OFF -DDDPLAB_LAB_SOURCE=solutions | grep -E 'ddplab:|Error|error|Warning' ; test -f $BUILD/build.ninja"
+  "cmake -S $ROOT -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=$TORCH_PREFIX -DDDPLAB_REQUIRE_CUDA=ON -DDDPLAB_DEPS_DIR=$BUNDLE -DDDPLAB_TORCH=gpu-check -DDDPLAB_WERROR=OFF -DDDPLAB_LAB_SOURCE=solutions > $WORK/configure.log 2>&1; rc=\$?; grep -E 'ddplab:|Error|error|Warning' $WORK/configure.log; exit \$rc"
 step build 540 "the programs the checks run, labs 01 and 05's tests and common_tests ($JOBS jobs; warnings printed, not errors: this compiler is not CI's)" \
-  "cmake --build $BUILD -j $JOBS --target ddplab ddplab_front ddp_train ddplab_run_as common_tests lab01_baseline lab01_baseline_tests lab02_process_group lab03_sampler lab05_mixed_precision lab05_mixed_precision_tests 2>&1 | grep -Ev '^\\[[0-9]+/[0-9]+\\] ' ; test -x $BIN/lab05_mixed_precision && test -x $BUILD/common/common_tests"
+  "cmake --build $BUILD -j $JOBS --target ddplab ddplab_front ddp_train ddplab_run_as common_tests lab01_baseline lab01_baseline_tests lab02_process_group lab03_sampler lab05_mixed_precision lab05_mixed_precision_tests > $WORK/build.log 2>&1; rc=\$?; grep -Ev '^\\[[0-9]+/[0-9]+\\] ' $WORK/build.log; exit \$rc"
 step doctor 60 "ddplab doctor on CUDA: GPU, driver, NVML, NCCL compiled and loaded" \
   "$BIN/ddplab doctor --strict && $BIN/ddplab doctor --json > $OUTDIR/doctor.json"
 step unit 300 "the unit tests that touch CUDA, NVML, the device checks and the stager" \
-  "$BUILD/common/common_tests --gtest_color=no --gtest_filter='CudaInfo.*:ParseDevice.*:Nvml.*:OneDevicePerRank.*:Memory*:Staging*:DeviceStager*'"
+  "$BUILD/common/common_tests --gtest_color=no --gtest_filter='CudaInfo.*:ParseDevice.*:Nvml.*:OneDevicePerRank.*:NcclStaging.*:Memory*:Staging*:DeviceStager*'"
 step data 120 "a small ctr-small (100k train, 20k test)" \
   "$BIN/ddplab data gen --out $DATA --train 100000 --test 20000 --seed 1"
 step lab01 180 "lab 01's reference on --device cuda (one epoch of 100k samples)" \
@@ -122,9 +122,9 @@ step nccl_1rank 180 "a 1-rank NCCL process group: bench allreduce over NCCL (res
   "$BIN/ddplab launch -n 1 -- $BIN/ddplab bench allreduce --device cuda --backend nccl --max-bytes 67108864 --iters 20 --json $OUTDIR/bench_allreduce.json"
 step grade 400 "the grader on labs 01 and 05 with every run on CUDA (NVML utilization)" \
   "DDPLAB_DEVICE=cuda $BIN/ddplab grade lab01 lab05 --tree solutions --no-build --sandbox none --data $DATA --out $WORK/grade"
-expect_error err_rank_gpu "local rank 1 would use cuda:1, but this machine has 1 GPU" \
-  "two ranks on --device cuda on one GPU stop at once, naming the rank" \
-  "$BIN/ddplab launch -n 2 -- $BIN/lab01_baseline --data $DATA --device cuda --max-steps 2 --report $REP/err{rank}.json"
+expect_error err_rank_gpu "local rank $NGPU would use cuda:$NGPU, but this machine has $NGPU visible GPU" \
+  "one rank more than the GPUs, on --device cuda, stops at once, naming the rank" \
+  "$BIN/ddplab launch -n $((NGPU + 1)) -- $BIN/lab01_baseline --data $DATA --device cuda --max-steps 2 --report $REP/err{rank}.json"
 expect_error err_same_gpu "NCCL needs one GPU per rank" \
   "two ranks forced onto cuda:0 with NCCL stop before NCCL, naming both" \
   "$BIN/ddplab launch -n 2 -- $BIN/ddplab bench allreduce --device cuda:0 --backend nccl --max-bytes 1024 --iters 2"

@@ -150,13 +150,18 @@ torch::Device parse_device(const std::string& spec) {
 torch::Device device_for_rank(torch::Device device, int local_rank) {
   if (!device.is_cuda() || device.has_index()) return device;
   const auto gpus = static_cast<int>(torch::cuda::device_count());
-  if (local_rank >= gpus) {
-    throw ConfigError(fmt::format(
-        "--device cuda: local rank {} would use cuda:{}, but this machine has {} GPU(s); NCCL runs one rank per GPU, "
-        "so start at most {} rank(s) per machine (or run the ranks on --device cpu over Gloo)",
-        local_rank, local_rank, gpus, gpus));
+  if (local_rank < gpus) return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  // A launcher that binds each rank to its own GPUs (SLURM's --gpus-per-task, a container per GPU)
+  // sets CUDA_VISIBLE_DEVICES per rank, and rank N's first GPU is then its cuda:0. Two ranks that end
+  // up on one physical GPU anyway are stopped by NCCL's check (require_one_device_per_rank).
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible != nullptr && *visible != '\0' && gpus >= 1) {
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % gpus));
   }
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+  throw ConfigError(fmt::format(
+      "--device cuda: local rank {} would use cuda:{}, but this machine has {} visible GPU(s); NCCL runs one rank "
+      "per GPU, so start at most {} rank(s) per machine (or run the ranks on --device cpu over Gloo)",
+      local_rank, local_rank, gpus, gpus));
 }
 
 int usable_cores() {

@@ -274,7 +274,7 @@ TEST_F(LaunchTest, LogDirHoldsEachRanksLinesUnprefixed) {
 
 TEST_F(LaunchTest, TheMemoryLimitIsOnAddressSpaceOrOnPrivateWritableMemory) {
   // RLIMIT_AS by default; RLIMIT_DATA for a CUDA program, whose runtime reserves tens of GB of
-  // address space at start (the grader's may_use_cuda).
+  // address space at start (the grader's apply_memory_limit in a CUDA build).
   for (const bool data_only : {false, true}) {
     LaunchSpec spec = helper_job(1, {"rlimits"});
     spec.memory_limit_bytes = uint64_t{3} << 30;

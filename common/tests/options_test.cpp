@@ -97,6 +97,7 @@ TEST(ParseDevice, CpuAutoAndBadNames) {
 }
 
 TEST(ParseDevice, ARankPastTheMachinesGpusIsNamed) {
+  ::unsetenv("CUDA_VISIBLE_DEVICES");  // no per-rank binding: a rank past the GPUs is an error
   EXPECT_TRUE(ddplab::sys::device_for_rank(torch::kCPU, 3).is_cpu());
   EXPECT_EQ(ddplab::sys::device_for_rank(torch::Device(torch::kCUDA, 0), 3).index(), 0);  // given: kept
   const auto gpus = static_cast<int>(torch::cuda::device_count());
@@ -105,8 +106,8 @@ TEST(ParseDevice, ARankPastTheMachinesGpusIsNamed) {
     FAIL() << "local rank " << gpus << " on " << gpus << " GPU(s)";
   } catch (const ddplab::ConfigError& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find(
-                  fmt::format("local rank {} would use cuda:{}, but this machine has {} GPU(s)", gpus, gpus, gpus)),
+    EXPECT_NE(what.find(fmt::format("local rank {} would use cuda:{}, but this machine has {} visible GPU(s)", gpus,
+                                    gpus, gpus)),
               std::string::npos)
         << what;
   }

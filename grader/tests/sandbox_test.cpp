@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "ddplab/config.h"
 #include "ddplab/error.h"
 
 namespace fs = std::filesystem;
@@ -329,6 +331,36 @@ TEST(UserSandbox, RunAsDropsEverythingButStaysDumpable) {
   EXPECT_NE(out.find("not root"), std::string::npos) << out;
   EXPECT_EQ(run({kRunAs, "65534", "/bin/true"}, &out), 2) << out;
   EXPECT_EQ(run({kRunAs, "65534", "--", "/nonexistent/prog"}, &out), 127) << out;
+}
+
+}  // namespace
+
+namespace {
+
+// A pip build's programs load torch and the nvidia-* libraries from the venv: the sandbox must let
+// them read those folders (DDPLAB_LIBRARY_DIRS), or no confined program starts.
+TEST(KitLibraries, AreTheConfiguredFoldersAndExist) {
+  const auto dirs = ddplab::grader::kit_library_dirs();
+  std::string joined;
+  for (const auto& d : dirs) {
+    joined += (joined.empty() ? "" : ";") + d;
+    EXPECT_TRUE(std::filesystem::is_directory(d)) << d;
+  }
+  EXPECT_EQ(joined, std::string(DDPLAB_LIBRARY_DIRS));
+#if DDPLAB_HAVE_CUDA_01
+  EXPECT_TRUE(std::any_of(dirs.begin(), dirs.end(), [](const std::string& d) {
+    return d.find("torch") != std::string::npos;
+  })) << joined;
+#endif
+}
+
+// A CUDA build's programs map ~2.7 GB of libraries and the CUDA runtime reserves tens of GB of
+// address space: their memory limit is on private writable memory.
+TEST(MemoryLimit, IsOnPrivateWritableMemoryInACudaBuildAndOnAddressSpaceElsewhere) {
+  ddplab::LaunchSpec spec;
+  ddplab::grader::apply_memory_limit(spec, 4096);
+  EXPECT_EQ(spec.memory_limit_bytes, uint64_t{4096} << 20);
+  EXPECT_EQ(spec.memory_limit_data_only, DDPLAB_HAVE_CUDA_01 == 1);
 }
 
 }  // namespace

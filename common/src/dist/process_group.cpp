@@ -26,6 +26,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 #ifdef DDPLAB_HAVE_NCCL
+#include <cuda_runtime_api.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -60,22 +61,26 @@ bool is_loopback(const std::string& addr) {
 
 }  // namespace
 
-void require_one_device_per_rank(compat::Store& store, int rank, int size, const std::string& device_id) {
-  const auto key = [](int r) { return fmt::format("ddplab/device/{}", r); };
-  store.set(key(rank), std::vector<uint8_t>(device_id.begin(), device_id.end()));
-  std::vector<std::string> ids(static_cast<size_t>(size));
+void require_one_device_per_rank(compat::Store& store, int rank, int size, const std::string& device_key,
+                                 const std::string& label) {
+  const auto key = [](int r, const char* what) { return fmt::format("ddplab/device/{}/{}", r, what); };
+  store.set(key(rank, "key"), std::vector<uint8_t>(device_key.begin(), device_key.end()));
+  store.set(key(rank, "label"), std::vector<uint8_t>(label.begin(), label.end()));
+  std::vector<std::string> keys(static_cast<size_t>(size)), labels(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
-    const std::vector<uint8_t> v = store.get(key(r));  // waits for rank r, up to the store's timeout
-    ids[static_cast<size_t>(r)] = std::string(v.begin(), v.end());
+    const std::vector<uint8_t> k = store.get(key(r, "key"));  // waits for rank r, up to the store's timeout
+    const std::vector<uint8_t> l = store.get(key(r, "label"));
+    keys[static_cast<size_t>(r)] = std::string(k.begin(), k.end());
+    labels[static_cast<size_t>(r)] = std::string(l.begin(), l.end());
   }
   for (int a = 0; a < size; ++a) {
     for (int b = a + 1; b < size; ++b) {
-      if (ids[static_cast<size_t>(a)] != ids[static_cast<size_t>(b)]) continue;
+      if (keys[static_cast<size_t>(a)] != keys[static_cast<size_t>(b)]) continue;
       throw ConfigError(fmt::format(
-          "rank {}: --backend nccl: ranks {} and {} both run on {}; NCCL needs one GPU per rank. Start at most "
-          "one rank per GPU of each machine (--device cuda gives local rank N cuda:N), or run the ranks on "
-          "--device cpu over Gloo",
-          rank, a, b, ids[static_cast<size_t>(a)]));
+          "rank {}: --backend nccl: ranks {} and {} both run on one GPU ({} and {}); NCCL needs one GPU per rank. "
+          "Start at most one rank per GPU of each machine (--device cuda gives local rank N cuda:N), or run the "
+          "ranks on --device cpu over Gloo",
+          rank, a, b, labels[static_cast<size_t>(a)], labels[static_cast<size_t>(b)]));
     }
   }
 }
@@ -131,9 +136,16 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<compat::Store> store, int rank, in
   if (device.is_cuda()) {
 #ifdef DDPLAB_HAVE_NCCL
     if (size > 1) {
-      char host[256] = {};
+      // The physical GPU (its PCI bus id), whatever CUDA_VISIBLE_DEVICES numbers it in this rank.
+      char host[256] = {}, bus[64] = {};
       ::gethostname(host, sizeof(host) - 1);
-      require_one_device_per_rank(*store_, rank, size, fmt::format("{}/{}", host, device.str()));
+      int index = device.has_index() ? device.index() : 0;
+      if (!device.has_index()) (void)cudaGetDevice(&index);
+      const bool have_bus = cudaDeviceGetPCIBusId(bus, sizeof(bus), index) == cudaSuccess;
+      const std::string label = fmt::format("{}/cuda:{}{}", host, index, have_bus ? fmt::format(" (PCI {})", bus) : "");
+      require_one_device_per_rank(*store_, rank, size,
+                                  have_bus ? fmt::format("{}/{}", host, bus) : fmt::format("{}/cuda:{}", host, index),
+                                  label);
     }
     auto o = c10d::ProcessGroupNCCL::Options::create();
     o->timeout = opts.timeout;
@@ -199,6 +211,7 @@ void ProcessGroup::wait(const c10::intrusive_ptr<compat::Work>& work, Op op, int
   try {
     work->wait(opts_.timeout);
   } catch (const std::exception& e) {
+    failed_ = true;  // the backend is left to abort(), not to a graceful shutdown() that waits on peers
     throw Error(fmt::format("rank {}: {} #{} ({} bytes) did not complete within {} ms. {}. Backend: {}", rank_,
                             op_name(op), sequence, bytes, opts_.timeout.count(), describe_ranks(), e.what()));
   }
@@ -320,10 +333,12 @@ class ProcessGroup::AsyncWork final : public Pending {
     try {
       pg_.wait(work, Op::kAllreduce, sequence_, bytes_);
     } catch (...) {
+      host_ = on_device_ = torch::Tensor();
       charge();  // a timed-out wait was still time spent waiting
       throw;
     }
     ProcessGroup::unstage(host_, on_device_);
+    host_ = on_device_ = torch::Tensor();  // the staging copy is not kept for the handle's lifetime
     charge();
   }
 
@@ -436,7 +451,7 @@ void ProcessGroup::shutdown() {
 void ProcessGroup::release_backend() {
   if (backend_) {
     try {
-      compat::shutdown_backend(*backend_);
+      compat::shutdown_backend(*backend_, /*abort=*/failed_);
     } catch (const std::exception& e) {
       log::warn("rank {}: shutting the {} backend down: {}", rank_, backend_name_, e.what());
     }

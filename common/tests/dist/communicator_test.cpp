@@ -259,14 +259,16 @@ TEST(Collectives, NeedGloo) { GTEST_SKIP() << "this LibTorch build has no Gloo b
 
 // NCCL's one-GPU-per-rank rule, checked through the store before any communicator exists (the
 // check itself needs no GPU: ranks as threads over one in-memory store).
-std::vector<std::string> device_check(const std::vector<std::string>& ids) {
+std::vector<std::string> device_check(const std::vector<std::string>& keys) {
   auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::string> errors(ids.size());
+  std::vector<std::string> errors(keys.size());
   std::vector<std::thread> threads;
-  for (size_t r = 0; r < ids.size(); ++r) {
+  for (size_t r = 0; r < keys.size(); ++r) {
     threads.emplace_back([&, r] {
       try {
-        ddplab::dist::require_one_device_per_rank(*store, static_cast<int>(r), static_cast<int>(ids.size()), ids[r]);
+        // The label is what a person reads; the key (the physical GPU) is what is compared.
+        ddplab::dist::require_one_device_per_rank(*store, static_cast<int>(r), static_cast<int>(keys.size()), keys[r],
+                                                  fmt::format("label{}", r));
       } catch (const ddplab::ConfigError& e) {
         errors[r] = e.what();
       }
@@ -277,17 +279,53 @@ std::vector<std::string> device_check(const std::vector<std::string>& ids) {
 }
 
 TEST(OneDevicePerRank, DistinctDevicesPass) {
-  for (const auto& e : device_check({"a/cuda:0", "a/cuda:1", "b/cuda:0"})) EXPECT_EQ(e, "");
+  for (const auto& e : device_check({"a/0000:00:06.0", "a/0000:00:07.0", "b/0000:00:06.0"})) EXPECT_EQ(e, "");
 }
 
 TEST(OneDevicePerRank, TwoRanksOnOneGpuFailOnEveryRankNamingBoth) {
-  const auto errors = device_check({"a/cuda:0", "b/cuda:0", "a/cuda:0"});
+  // Ranks 0 and 2 share a GPU (the same bus id), whatever their labels say.
+  const auto errors = device_check({"a/0000:00:06.0", "b/0000:00:06.0", "a/0000:00:06.0"});
   for (size_t r = 0; r < errors.size(); ++r) {
-    EXPECT_NE(errors[r].find(fmt::format("rank {}: --backend nccl: ranks 0 and 2 both run on a/cuda:0", r)),
+    EXPECT_NE(errors[r].find(
+                  fmt::format("rank {}: --backend nccl: ranks 0 and 2 both run on one GPU (label0 and label2)", r)),
               std::string::npos)
         << errors[r];
     EXPECT_NE(errors[r].find("NCCL needs one GPU per rank"), std::string::npos) << errors[r];
   }
+}
+
+}  // namespace
+
+namespace {
+
+// NCCL moves CUDA tensors only; the kit's collectives take host tensors on every backend, staging
+// them through the rank's GPU under NCCL. One rank: allgather and all-to-all write outputs that
+// start as zeros, so a result that never came back to the host shows.
+TEST(NcclStaging, HostTensorsTravelThroughTheGpuAndComeBack) {
+#if DDPLAB_HAVE_NCCL_01
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "needs a GPU: tools/gpu-check.sh runs this on one";
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  ddplab::dist::ProcessGroupOptions o;
+  o.backend = "nccl";
+  ProcessGroup pg(store, 0, 1, torch::Device(torch::kCUDA, 0), o);
+  const torch::Tensor in = torch::arange(8, torch::kFloat);
+  std::vector<torch::Tensor> gathered{torch::zeros({8})};
+  pg.allgather(gathered, in);
+  EXPECT_TRUE(gathered[0].is_cpu());
+  EXPECT_TRUE(torch::equal(gathered[0], in));
+  torch::Tensor exchanged = torch::zeros({8});
+  pg.all_to_all(exchanged, in);
+  EXPECT_TRUE(exchanged.is_cpu());
+  EXPECT_TRUE(torch::equal(exchanged, in));
+  torch::Tensor summed = in.clone();
+  pg.allreduce(summed);
+  pg.allreduce_async(summed)->wait();
+  pg.broadcast(summed, 0);
+  EXPECT_TRUE(summed.is_cpu());
+  EXPECT_TRUE(torch::equal(summed, in));
+#else
+  GTEST_SKIP() << "this build has no NCCL (the pip configuration has)";
+#endif
 }
 
 }  // namespace

@@ -26,13 +26,22 @@ using Store = c10d::Store;
 
 /// Releases a backend's resources before its destructor runs. 2.x backends have shutdown() (a
 /// ProcessGroupNCCL destroyed without it warns and may leak its communicators; Gloo's does
-/// nothing); 1.13's have none, and 2.x releases that predate it are detected rather than listed.
+/// nothing) and abort() — for a group whose collective failed, where a graceful shutdown could
+/// wait on a peer that is gone; 1.13's have neither, and 2.x releases that predate them are
+/// detected rather than listed.
 template <class B>
-void shutdown_backend(B& backend) {
+void shutdown_backend(B& backend, bool abort) {
 #if TORCH_VERSION_MAJOR >= 2
+  if constexpr (requires { backend.abort(); }) {
+    if (abort) {
+      backend.abort();
+      return;
+    }
+  }
   if constexpr (requires { backend.shutdown(); }) backend.shutdown();
 #else
   (void)backend;
+  (void)abort;
 #endif
 }
 

@@ -32,11 +32,13 @@ struct ProcessGroupOptions {
 };
 
 /// NCCL runs one rank per GPU: two ranks of a communicator on one device fail inside NCCL
-/// ("Duplicate GPU detected") or hang. Each rank publishes `device_id` (host and CUDA device, e.g.
-/// "node1/cuda:0") under a key of `store`, reads every rank's, and throws ConfigError naming the
-/// ranks that share a device — on each rank alike, before any NCCL communicator exists. The
-/// store's own timeout bounds the wait for a missing rank.
-void require_one_device_per_rank(compat::Store& store, int rank, int size, const std::string& device_id);
+/// ("Duplicate GPU detected") or hang. Each rank publishes `device_key` (what identifies the
+/// physical GPU: host and PCI bus id, whatever CUDA_VISIBLE_DEVICES calls it) and `label` (what a
+/// person reads: "node1/cuda:0 (PCI 0000:00:06.0)") under keys of `store`, reads every rank's, and
+/// throws ConfigError naming the ranks that share a device — on each rank alike, before any NCCL
+/// communicator exists. The store's own timeout bounds the wait for a missing rank.
+void require_one_device_per_rank(compat::Store& store, int rank, int size, const std::string& device_key,
+                                 const std::string& label);
 
 class ProcessGroup final : public Communicator {
  public:
@@ -103,6 +105,7 @@ class ProcessGroup final : public Communicator {
 
   int rank_, size_;
   torch::Device device_ = torch::kCPU;  ///< the device collectives run on: the rank's GPU under NCCL
+  bool failed_ = false;                 ///< a collective failed (timed out): the backend is aborted, not shut down
   std::string backend_name_;
   c10::intrusive_ptr<compat::Store> store_;
   c10::intrusive_ptr<compat::Backend> backend_;
