@@ -26,6 +26,7 @@ struct LaunchOptions {
   double grace = 5;
   bool no_prefix = false;
   bool verbose = false;
+  std::string bind = "auto";
   std::vector<std::string> command;
 };
 
@@ -59,6 +60,7 @@ int run_launch(const LaunchOptions& o) {
   spec.grace_s = o.grace;
   spec.prefix_output = !o.no_prefix;
   spec.verbose = o.verbose;
+  spec.bind = parse_cpu_bind(o.bind);
   // The library has already said why a job failed (which rank, which status or signal).
   return launch(spec).exit_code;
 }
@@ -83,6 +85,12 @@ void setup_launch(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--grace", opts->grace, "Seconds between SIGTERM and SIGKILL when stopping ranks")
       ->envname("DDPLAB_LAUNCH_GRACE")
+      ->capture_default_str();
+  sub->add_option("--bind", opts->bind,
+                  "Bind each rank to cores of its own: auto (when 2+ ranks fit this machine's cores, as "
+                  "mpirun does; DDPLAB_BIND, if set, chooses instead), cores (bind or fail), none (the "
+                  "scheduler places the threads, as torchrun)")
+      ->check(CLI::IsMember({"auto", "cores", "none"}))
       ->capture_default_str();
   sub->add_flag("--no-prefix", opts->no_prefix, "Do not prefix output lines with [rank R]");
   sub->add_flag("-v,--verbose", opts->verbose, "Also report the port, the start and each rank's exit");

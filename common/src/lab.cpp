@@ -166,6 +166,8 @@ std::shared_ptr<dist::ProcessGroup> LabRun::join(const dist::Environment& env) {
   std::shared_ptr<dist::ProcessGroup> pg = dist::ProcessGroup::join(env, device_, group_options());
   pg->set_trace(trace_);
   comm_ = pg;
+  // The transport the group really uses (--backend auto chose it), beside the flag in config.
+  report_.json()["backend"] = pg->backend_name();
   return pg;
 }
 

@@ -1,6 +1,8 @@
 // Run report assembly, digests, and atomic writing.
 #include "ddplab/report.h"
 
+#include "ddplab/launch.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -191,6 +193,9 @@ void RunReport::set_config(const nlohmann::json& config) { j_["config"] = config
 void RunReport::set_device(const std::string& device, int threads) {
   j_["device"] = device;
   j_["threads"] = threads;
+  // The cores this rank may run on ("0-1"; "1" when ddplab launch bound it: DDPLAB_CPUS), so a
+  // 1-rank and a 2-rank run can be compared on what each rank had.
+  j_["cores"] = cpu_list(allowed_cpus());
 }
 
 void RunReport::set_status(const std::string& status, const std::string& message) {

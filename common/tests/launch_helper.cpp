@@ -3,6 +3,7 @@
 // An action written "@R:action" runs only on the rank whose RANK is R.
 #include <signal.h>
 #include <sys/resource.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,7 +29,8 @@ const char* kUsage =
     "  ignore-term       ignore SIGTERM from now on      ignore-int   the same for SIGINT\n"
     "  touch:PATH        create PATH             wait-file:PATH  wait (up to 60 s) until PATH exists\n"
     "  grandchild:PATH   fork a child that writes its pid to PATH and sleeps 60 s\n"
-    "  rlimits           print 'AS=<bytes|unlimited> DATA=<bytes|unlimited>' (its memory limits)\n";
+    "  rlimits           print 'AS=<bytes|unlimited> DATA=<bytes|unlimited>' (its memory limits)\n"
+    "  cpus              print 'CPUS=<the cores it may run on> ENV=<DDPLAB_CPUS or <unset>>'\n";
 
 const char* kEnvNames[] = {"RANK",         "WORLD_SIZE",          "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
                            "GROUP_RANK",   "ROLE_RANK",           "ROLE_WORLD_SIZE", "MASTER_ADDR",
@@ -83,6 +85,17 @@ int main(int argc, char** argv) {
         return r.rlim_cur == RLIM_INFINITY ? std::string("unlimited") : std::to_string(r.rlim_cur);
       };
       std::printf("AS=%s DATA=%s\n", show(RLIMIT_AS).c_str(), show(RLIMIT_DATA).c_str());
+    } else if (name == "cpus") {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      std::string list;
+      if (::sched_getaffinity(0, sizeof(set), &set) == 0) {
+        for (int c = 0; c < CPU_SETSIZE; ++c) {
+          if (CPU_ISSET(c, &set)) list += (list.empty() ? "" : ",") + std::to_string(c);
+        }
+      }
+      const char* env = std::getenv("DDPLAB_CPUS");
+      std::printf("CPUS=%s ENV=%s\n", list.c_str(), env != nullptr ? env : "<unset>");
     } else if (name == "env") {
       for (const char* key : kEnvNames) {
         const char* value = std::getenv(key);

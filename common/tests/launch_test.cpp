@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "ddplab/error.h"
@@ -293,6 +294,56 @@ TEST_F(LaunchTest, TheMemoryLimitIsOnAddressSpaceOrOnPrivateWritableMemory) {
     } else {
       EXPECT_NE(line.find("AS=" + limit), std::string::npos) << line;
       EXPECT_EQ(line.find("DATA=" + limit), std::string::npos) << line;
+    }
+  }
+}
+
+TEST(CpuBinding, AutoGivesEachOfSeveralRanksItsOwnBlockOfCores) {
+  using V = std::vector<std::vector<int>>;
+  EXPECT_EQ(plan_cpu_binding(CpuBind::kAuto, 2, {0, 1}), (V{{0}, {1}}));
+  EXPECT_EQ(plan_cpu_binding(CpuBind::kAuto, 2, {0, 1, 2, 3, 4}), (V{{0, 1}, {2, 3}}));  // core 4 left over
+  EXPECT_EQ(plan_cpu_binding(CpuBind::kAuto, 3, {2, 5, 7}), (V{{2}, {5}, {7}}));         // the launcher's own mask
+  // One rank keeps every core (its intra-op threads may use them); more ranks than cores share.
+  EXPECT_EQ(plan_cpu_binding(CpuBind::kAuto, 1, {0, 1}), (V{{}}));
+  EXPECT_EQ(plan_cpu_binding(CpuBind::kAuto, 3, {0, 1}), (V{{}, {}, {}}));
+  EXPECT_EQ(plan_cpu_binding(CpuBind::kNone, 2, {0, 1}), (V{{}, {}}));
+  EXPECT_EQ(plan_cpu_binding(CpuBind::kCores, 1, {0, 1}), (V{{0, 1}}));
+}
+
+TEST(CpuBinding, CoresWithMoreRanksThanCoresFailsSayingHowMany) {
+  try {
+    plan_cpu_binding(CpuBind::kCores, 3, {0, 1});
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("3 ranks, but this launcher may use 2 core(s) (0-1)"), std::string::npos) << what;
+    EXPECT_NE(what.find("--bind none"), std::string::npos) << what;
+  }
+  EXPECT_THROW(parse_cpu_bind("core"), ConfigError);
+  EXPECT_EQ(parse_cpu_bind("none"), CpuBind::kNone);
+  EXPECT_EQ(cpu_list({0, 1, 2, 5, 7, 8}), "0-2,5,7-8");
+}
+
+TEST_F(LaunchTest, BoundRanksRunOnTheirOwnCoresAndAreTold) {
+  // On one core --bind auto binds nothing (more ranks than cores): the expectations follow the plan.
+  const std::vector<int> cores = allowed_cpus();
+  ASSERT_FALSE(cores.empty());
+  for (CpuBind bind : {CpuBind::kAuto, CpuBind::kNone}) {
+    LaunchSpec spec = helper_job(2, {"cpus"});
+    spec.bind = bind;
+    Captured c;
+    c.attach(spec);
+    ASSERT_EQ(launch(spec).exit_code, 0) << c.all_messages();
+    const auto plan = plan_cpu_binding(CpuBind::kAuto, 2, cores);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(c.out[r].size(), 1u);
+      const bool bound = bind == CpuBind::kAuto && !plan[static_cast<size_t>(r)].empty();
+      const std::vector<int> mine = bound ? plan[static_cast<size_t>(r)] : cores;
+      std::string list;
+      for (int core : mine) list += (list.empty() ? "" : ",") + std::to_string(core);
+      const std::string env = bound ? cpu_list(mine) : "<unset>";
+      EXPECT_EQ(c.out[r][0], fmt::format("CPUS={} ENV={}", list, env))
+          << "rank " << r << ", --bind " << cpu_bind_name(bind);
     }
   }
 }

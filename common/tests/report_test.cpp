@@ -1,6 +1,10 @@
 // Run report: schema fields, atomic write, load validation, sample ledger digests, parameter digest.
 #include "ddplab/report.h"
 
+#include <sched.h>
+
+#include "ddplab/launch.h"
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -168,6 +172,24 @@ TEST(RunReport, WritesVersionedReportAtomicallyAndLoadsIt) {
   EXPECT_EQ(j["not_attempted"], nlohmann::json::array({"01.2"}));
   EXPECT_GT(j["memory"]["peak_rss_bytes"].get<uint64_t>(), 0u);
   fs::remove_all(dir);
+}
+
+TEST(RunReport, SaysWhichCoresTheRankHad) {
+  // A rank bound by `ddplab launch --bind` has one core of two; the report must show it, so a
+  // 1-rank and a 2-rank run are compared on what each rank had.
+  cpu_set_t saved;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(saved), &saved), 0);
+  const std::vector<int> cores = ddplab::allowed_cpus();
+  ASSERT_FALSE(cores.empty());
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cores.back(), &one);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);
+  ddplab::RunReport r("lab03", 1, 2);
+  r.set_device("cpu", 1);
+  ::sched_setaffinity(0, sizeof(saved), &saved);
+  EXPECT_EQ(r.json().at("cores"), std::to_string(cores.back()));
+  EXPECT_EQ(r.json().at("threads"), 1);
 }
 
 TEST(RunReport, LoadRejectsGarbageWrongSchemaAndVersion) {

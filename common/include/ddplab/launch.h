@@ -14,6 +14,27 @@
 namespace ddplab {
 
 /// What to start. Rank r of this node is global rank node_rank * nproc + r.
+/// Whether the launcher binds each rank to cores of its own (sched_setaffinity before exec, so
+/// every thread the rank starts inherits it), as Open MPI's mpirun does by default for a few
+/// ranks. kAuto binds when 2 or more ranks fit the cores this launcher may use; kCores binds or
+/// fails (more ranks than cores); kNone leaves placement to the scheduler (torchrun's behaviour).
+/// Measured on a 2-core VM (docs/concepts/gradient-sync.md): binding keeps a rank's Gloo threads
+/// on its own core, and a 16 B all-reduce at 2 ranks takes ~0.17 ms instead of ~0.28 ms.
+enum class CpuBind { kAuto, kCores, kNone };
+/// "auto", "cores" or "none"; throws ConfigError naming `flag` otherwise.
+CpuBind parse_cpu_bind(const std::string& text, const std::string& flag = "--bind");
+const char* cpu_bind_name(CpuBind bind);
+
+/// The cores of each local rank under `bind`: rank i gets the i-th of `nproc` equal, consecutive
+/// blocks of `allowed` (the launcher's own affinity, in order), the leftover cores unused. An
+/// empty list for every rank means no binding (kNone; kAuto with one rank or more ranks than
+/// cores). kCores with more ranks than cores throws ConfigError.
+std::vector<std::vector<int>> plan_cpu_binding(CpuBind bind, int nproc, const std::vector<int>& allowed);
+/// The cores this process may run on (sched_getaffinity), in increasing order.
+std::vector<int> allowed_cpus();
+/// "0-3,6" for {0,1,2,3,6}.
+std::string cpu_list(const std::vector<int>& cpus);
+
 struct LaunchSpec {
   int nproc = 1;                                 ///< ranks on this node (torchrun's --nproc_per_node)
   int nnodes = 1;                                ///< nodes in the job; WORLD_SIZE = nproc * nnodes
@@ -29,6 +50,9 @@ struct LaunchSpec {
   bool prefix_output = true;                     ///< "[rank R] " before every line on the terminal
   bool forward_signals = true;                   ///< pass SIGINT/SIGTERM/SIGHUP sent to this process on to the ranks
   bool verbose = false;                          ///< also report the start and every rank's exit
+  /// Cores per rank (plan_cpu_binding over this launcher's affinity). A bound rank's environment
+  /// has DDPLAB_CPUS, its core list ("1", "2-3").
+  CpuBind bind = CpuBind::kAuto;
   /// Resource limits set in each rank before exec (0 = inherit): address space (RLIMIT_AS, so a
   /// memory blow-up fails in that rank instead of taking the machine down) and file size
   /// (RLIMIT_FSIZE). The grader sets both; core dumps are off whenever either is set.

@@ -1,9 +1,13 @@
 // Collectives over real Gloo with ranks as threads on one in-memory store (the c10d tests'
 // pattern): world sizes 1-4, odd sizes, values derived from (rank, index) so results are exact.
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <filesystem>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -251,6 +255,44 @@ TEST(ProcessGroup, AWriteToAPeerThatLeftIsAnErrorNotSigpipe) {
   ::close(fds[0]);
   EXPECT_EQ(n, -1);
   EXPECT_EQ(err, EPIPE);
+}
+
+/// Threads of this process whose scheduling policy is SCHED_IDLE.
+int idle_threads_in_process() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    const pid_t tid = static_cast<pid_t>(std::stol(e.path().filename().string()));
+    if (::sched_getscheduler(tid) == SCHED_IDLE) ++n;
+  }
+  return n;
+}
+
+TEST(ProcessGroup, GlooIoThreadRunsAtIdlePrioritySoItsPollingNeverTakesACore) {
+  // Gloo's I/O loop busy-polls while another thread holds a pair's mutex; at the normal priority it
+  // takes a core from the thread it waits for (docs/concepts/gradient-sync.md, "Why Gloo is slow").
+  const int before = idle_threads_in_process();  // a group of an earlier test may not have joined its loop yet
+  std::atomic<int> seen{0};
+  run_ranks(2, [&](ProcessGroup& pg) {
+    EXPECT_EQ(pg.idle_io_threads(), 1) << "rank " << pg.rank() << ": one device, one I/O thread";
+    pg.barrier();  // both groups exist
+    seen = std::max(seen.load(), idle_threads_in_process());
+    torch::Tensor t = torch::ones({4});
+    pg.allreduce(t);
+    EXPECT_TRUE(torch::equal(t, torch::full({4}, 2.0)));
+    pg.barrier();
+  });
+  EXPECT_EQ(seen.load(), before + 2) << "each rank's I/O thread at SCHED_IDLE, and no other thread";
+
+  // DDPLAB_GLOO_IO=normal leaves the scheduling class alone (the before/after measurement).
+  ::setenv("DDPLAB_GLOO_IO", "normal", 1);
+  run_ranks(2, [&](ProcessGroup& pg) {
+    EXPECT_EQ(pg.idle_io_threads(), 0);
+    pg.barrier();
+    EXPECT_LE(idle_threads_in_process(), before);
+  });
+  ::setenv("DDPLAB_GLOO_IO", "loud", 1);
+  EXPECT_THROW(run_ranks(1, [](ProcessGroup&) {}), ddplab::ConfigError);
+  ::unsetenv("DDPLAB_GLOO_IO");
 }
 
 #else

@@ -5,6 +5,27 @@
 namespace ddplab::grader::checks {
 namespace {
 
+/// "over gloo; cores per rank: 1 rank 0-1, 2 ranks 0 | 1; 1 thread(s) a rank", from the reports
+/// (the backend in config, the cores a rank could use and its intra-op threads), so that a reader
+/// sees what each run had.
+std::string placement(const RunOutcome& one, const RunOutcome& many) {
+  const auto describe = [](const RunOutcome& run, std::string& backend, std::string& threads) {
+    std::vector<std::string> cores;
+    for (const json& rep : reports(run)) {
+      cores.push_back(rep.value("cores", std::string("?")));
+      if (rep.contains("backend") && rep["backend"].is_string()) backend = rep["backend"].get<std::string>();
+      if (rep.contains("threads") && rep["threads"].is_number_integer())
+        threads = std::to_string(rep["threads"].get<int>());
+    }
+    return fmt::format("{}", fmt::join(cores, " | "));
+  };
+  std::string backend = "?", threads1 = "?", threadsN = "?";
+  const std::string c1 = describe(one, backend, threads1);
+  const std::string cN = describe(many, backend, threadsN);
+  return fmt::format("backend {}; cores per rank: 1 rank {}, {} ranks {}; intra-op threads a rank: {} and {}", backend,
+                     c1, many.ranks, cN, threads1, threadsN);
+}
+
 void check_scaling(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   if (!runs_usable(c, ctx, r)) return;
   const auto& one = the_run(c, ctx, 0);
@@ -27,8 +48,8 @@ void check_scaling(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
                   uN.exact ? "" : " (at most: the reports carry no sample bitmaps)");
   const std::string obs = fmt::format(
       "unique samples/s: {:.0f} on 1 rank, {:.0f} on {} ranks -> efficiency {:.3f}; "
-      "reference {:.3f} from {}; required >= {:.0f}% of it; {}",
-      u1.rate, uN.rate, many.ranks, eff, ref, source, 100 * rel, counted);
+      "reference {:.3f} from {}; required >= {:.0f}% of it; {}; {}",
+      u1.rate, uN.rate, many.ranks, eff, ref, source, 100 * rel, counted, placement(one, many));
   const bool fast_enough = eff >= ref * rel;
   if (fast_enough && !repeats) {
     pass(r, obs);

@@ -29,6 +29,12 @@ struct ProcessGroupOptions {
   /// "mpi" (Open MPI, for ranks started by mpirun: shared memory between the ranks of a machine;
   /// no rendezvous store, so a stall names only this rank's collective).
   std::string backend = "auto";
+  /// Gloo's I/O thread (one per network device: gloo::transport::tcp::Loop) runs at the idle
+  /// scheduling class (SCHED_IDLE), so that its busy polling never takes a core from the thread
+  /// that posts the next send or receive. Measured on a 2-core VM: a 16 B all-reduce at 2 ranks
+  /// 0.8-1.2 ms -> 0.35 ms (docs/concepts/gradient-sync.md, "Why Gloo is slow here"). The
+  /// environment variable DDPLAB_GLOO_IO=normal|idle overrides it (for the before/after figures).
+  bool idle_gloo_io = true;
 };
 
 /// NCCL runs one rank per GPU: two ranks of a communicator on one device fail inside NCCL
@@ -74,6 +80,9 @@ class ProcessGroup final : public Communicator {
   const std::string& backend_name() const noexcept { return backend_name_; }
   /// Waits for every rank, then releases the backend and the store (idempotent).
   void shutdown();
+  /// How many of Gloo's I/O threads this group put at SCHED_IDLE (0 for NCCL and MPI, or with
+  /// idle_gloo_io off).
+  int idle_io_threads() const noexcept { return idle_io_threads_; }
 
  private:
   class AsyncWork;
@@ -105,7 +114,8 @@ class ProcessGroup final : public Communicator {
 
   int rank_, size_;
   torch::Device device_ = torch::kCPU;  ///< the device collectives run on: the rank's GPU under NCCL
-  bool failed_ = false;                 ///< a collective failed (timed out): the backend is aborted, not shut down
+  int idle_io_threads_ = 0;
+  bool failed_ = false;  ///< a collective failed (timed out): the backend is aborted, not shut down
   std::string backend_name_;
   c10::intrusive_ptr<compat::Store> store_;
   c10::intrusive_ptr<compat::Backend> backend_;
