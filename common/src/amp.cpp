@@ -99,4 +99,20 @@ void round_through_fp16_(torch::Tensor& grad) {
   grad.copy_(grad.to(torch::kHalf));
 }
 
+AutocastGuard::AutocastGuard(torch::DeviceType device, bool enabled)
+    : AutocastGuard(device, enabled, low_precision_dtype(device)) {}
+
+AutocastGuard::AutocastGuard(torch::DeviceType device, bool enabled, torch::ScalarType dtype)
+    : device_(device), was_(autocast_enabled(device)), dtype_(autocast_dtype(device)) {
+  if (enabled) set_autocast_dtype(device, dtype);
+  set_autocast_enabled(device, enabled);
+  increment_nesting();
+}
+
+AutocastGuard::~AutocastGuard() {
+  if (decrement_nesting() == 0) clear_cache();
+  set_autocast_enabled(device_, was_);
+  if (autocast_dtype(device_) != dtype_) set_autocast_dtype(device_, dtype_);
+}
+
 }  // namespace ddplab::amp

@@ -31,6 +31,22 @@ DeepFMImpl::DeepFMImpl(const DeepFMOptions& opts) : opts_(opts) {
   mlp = register_module("mlp", seq);
 }
 
+std::vector<torch::Tensor> DeepFMImpl::embedding_parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& item : named_parameters()) {
+    if (item.key().rfind("embedding.", 0) == 0 || item.key().rfind("first_order.", 0) == 0) out.push_back(item.value());
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> DeepFMImpl::dense_parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& item : named_parameters()) {
+    if (item.key().rfind("embedding.", 0) != 0 && item.key().rfind("first_order.", 0) != 0) out.push_back(item.value());
+  }
+  return out;
+}
+
 torch::Tensor DeepFMImpl::fm_interaction(const torch::Tensor& e) {
   const torch::Tensor sum = e.sum(1);
   return 0.5 * (sum.pow(2) - e.pow(2).sum(1)).sum(1);

@@ -10,6 +10,8 @@
 
 #include "ddplab/data/error.h"
 #include "ddplab/deepfm.h"
+#include "ddplab/dist/loopback.h"
+#include "ddplab/optim.h"
 #include "ddplab/log.h"
 #include "ddplab/memory.h"
 #include "ddplab/nvml.h"
@@ -45,6 +47,11 @@ CLI::Option* LabFlags::flag(const std::string& name, bool& value, const std::str
   CLI::Option* o = app_.add_flag(name, value, help)->envname(env_name(name));
   record(name, [&value] { return nlohmann::json(value); });
   return o;
+}
+
+CLI::Option* LabFlags::optimizer(std::string& name, const std::string& why_default) {
+  return option("--optimizer", name, fmt::format("adam or sgd ({}: {})", name, why_default))
+      ->check(CLI::IsMember(optim::names()));
 }
 
 void LabFlags::record(const std::string& name, std::function<nlohmann::json()> get) {
@@ -149,6 +156,11 @@ std::unique_ptr<data::BatchLoader> LabRun::global_batch_loader(int64_t epoch, in
                                              data::global_batch_slice(order, steps, opts_.batch, env_.rank,
                                                                       env_.world_size),
                                              opts_.batch, device_);
+}
+
+void LabRun::replicate(torch::nn::Module& module, dist::Communicator& comm) const {
+  module.to(device_);
+  dist::broadcast_module(comm, module, 0);
 }
 
 // ---- LabRun: joining the job ----
@@ -286,6 +298,49 @@ bool LabRun::probe(const char* what, const std::function<void()>& exercise) {
   }
 }
 
+std::set<std::string> run_probes(const std::vector<Probe>& probes, ProbeContext& ctx,
+                                 const std::function<void(const NotImplemented&)>& missing) {
+  std::set<std::string> absent;
+  for (const Probe& p : probes) {
+    try {
+      p.run(ctx);
+    } catch (const NotImplemented& e) {
+      missing(e);
+      absent.insert(p.exercise);
+    } catch (const std::exception& e) {
+      log::warn("{} ({}) fails on a probe: {}", p.what, p.exercise, e.what());
+    }
+  }
+  return absent;
+}
+
+void LabRun::run_probes(const std::vector<Probe>& probes) {
+  dist::Loopback loopback;
+  ProbeContext ctx{loopback, device_};
+  const auto absent = ddplab::run_probes(probes, ctx, [this](const NotImplemented& e) { not_attempted(e); });
+  absent_.insert(absent.begin(), absent.end());
+}
+
+bool LabRun::without(const std::string& exercise, const std::string& consequence) const {
+  if (has(exercise)) return false;
+  if (rank() == 0) log::warn("{} not attempted: {}", exercise, consequence);
+  return true;
+}
+
+dist::Agreement LabRun::end_of_training(const std::shared_ptr<torch::nn::Module>& model, dist::Communicator& comm) {
+  std::string digest;
+  const dist::Agreement same = dist::compare_parameters(comm, *model, &digest);
+  report_.verdict("params_identical", same.same(),
+                  fmt::format("parameters at the end: {} (rank 0: {})", same.describe(),
+                              same.values.empty() ? digest : hex64(same.values[0])),
+                  {{"digest", digest}, {"differ", same.differ}});
+  if (auto deepfm = std::dynamic_pointer_cast<DeepFMImpl>(model)) {
+    DeepFM holder(deepfm);
+    evaluate_on_rank0(holder, comm);
+  }
+  return same;
+}
+
 void LabRun::set_eval(const EvalResult& r) { eval_ = r; }
 
 void LabRun::evaluate_on_rank0(DeepFM& model, dist::Communicator& comm) {
@@ -412,6 +467,7 @@ int run_lab(const LabProgram& program, int argc, char** argv) {
       opts.lr_scaling = false;
     }
     run = std::make_unique<LabRun>(program.name, opts, flags.values());
+    run->run_probes(program.probes);
     program.body(*run);
     return run->finish();
   } catch (const NotImplemented& e) {

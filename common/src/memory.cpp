@@ -58,6 +58,14 @@ uint64_t cuda_peak_allocated_bytes() {
 #endif
 }
 
+int64_t bytes_of(const std::vector<torch::Tensor>& tensors) {
+  int64_t n = 0;
+  for (const auto& t : tensors) {
+    if (t.defined()) n += t.numel() * static_cast<int64_t>(t.element_size());
+  }
+  return n;
+}
+
 std::string human_bytes(uint64_t bytes) {
   static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);

@@ -18,6 +18,7 @@
 #include "ddplab/data/generator.h"
 #include "ddplab/data/shard.h"
 #include "ddplab/error.h"
+#include "ddplab/log.h"
 #include "ddplab/memory.h"
 
 namespace ddplab {
@@ -173,6 +174,23 @@ uint64_t parse_hex64(const std::string& s, const std::string& what) {
   } catch (const std::exception&) {
   }
   throw Error(fmt::format("{}: '{}' is not a hex digest", what, s));
+}
+
+void RunReport::verdict(const std::string& id, bool ok, const std::string& said, const nlohmann::json& figures,
+                        bool every_rank) {
+  const bool good_id = !id.empty() && std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+  if (!good_id) throw Error(fmt::format("verdict id '{}': use lower-case letters, digits and '_'", id));
+  j_["verdicts"][id] = {{"ok", ok}, {"said", said}, {"figures", figures}};
+  const int rank = j_.value("rank", 0);
+  if (!every_rank && rank != 0) return;
+  const std::string who = every_rank ? fmt::format("rank {}: ", rank) : "";
+  if (ok) {
+    log::info("{}{}", who, said);
+  } else {
+    log::warn("{}{}", who, said);
+  }
 }
 
 RunReport::RunReport(std::string lab, int rank, int world_size) {

@@ -26,6 +26,7 @@ StepTimer::Scope::~Scope() {
   timer_.sync();
   const auto end = Clock::now();
   timer_.add(phase_, std::chrono::duration<double>(end - start_).count());
+  timer_.record(phase_, start_, end);
   if (timer_.trace_ != nullptr) timer_.trace_->phase(phase_name(phase_), start_, end);
 }
 
@@ -37,6 +38,18 @@ void StepTimer::add(Phase p, double seconds) {
   if (in_step_) current_[static_cast<int>(p)] += seconds;
 }
 
+void StepTimer::record(Phase p, Clock::time_point start, Clock::time_point end) {
+  if (!in_step_) return;
+  const int i = static_cast<int>(p);
+  if (open_.began[i] == Clock::time_point{}) open_.began[i] = start;
+  open_.ended[i] = std::max(open_.ended[i], end);
+}
+
+double StepTimer::StepRecord::since_began(Phase p, Clock::time_point t) const {
+  if (!entered(p)) return 0.0;
+  return std::chrono::duration<double>(began[static_cast<int>(p)] - t).count();
+}
+
 void StepTimer::begin_step() {
   step_start_ = Clock::now();
   if (!started_) {
@@ -45,6 +58,8 @@ void StepTimer::begin_step() {
   }
   in_step_ = true;
   current_.fill(0.0);
+  open_ = StepRecord{};
+  open_.start = step_start_;
   if (trace_ != nullptr) trace_->begin_step(step_start_);
 }
 
@@ -59,6 +74,10 @@ void StepTimer::end_step() {
   last_end_ = Clock::now();
   steps_.push_back(std::chrono::duration<double>(last_end_ - step_start_).count());
   step_phases_.push_back(current_);
+  open_.end = last_end_;
+  open_.seconds = steps_.back();
+  open_.phases = current_;
+  last_ = open_;
   in_step_ = false;
   if (trace_ != nullptr) trace_->end_step(last_end_);
 }
@@ -85,6 +104,7 @@ void StepTimer::reset() {
   current_.fill(0.0);
   steps_.clear();
   step_phases_.clear();
+  open_ = last_ = StepRecord{};
   started_ = in_step_ = false;
 }
 

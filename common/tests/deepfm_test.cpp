@@ -8,6 +8,19 @@
 
 namespace {
 
+TEST(DeepFM, ParametersByRoleSplitTheTablesFromTheDenseRest) {
+  const ddplab::DeepFM m;
+  const auto tables = m->embedding_parameters(), dense = m->dense_parameters();
+  ASSERT_EQ(tables.size(), 2u);
+  EXPECT_TRUE(tables[0].is_same(m->embedding->weight));
+  EXPECT_TRUE(tables[1].is_same(m->first_order->weight));
+  EXPECT_EQ(tables.size() + dense.size(), m->parameters().size());
+  for (const auto& p : dense) {
+    EXPECT_FALSE(p.is_same(m->embedding->weight) || p.is_same(m->first_order->weight));
+  }
+  EXPECT_TRUE(dense.front().is_same(m->dense_linear->weight));  // parameters() order
+}
+
 TEST(DeepFM, ParameterCountMatchesTheWorkloadSpec) {
   ddplab::DeepFM m;
   EXPECT_EQ(ddplab::count_parameters(*m), 3338913);

@@ -11,6 +11,13 @@ namespace {
 
 using ddplab::memory::Tracker;
 
+TEST(MemoryBytes, CountsDefinedTensorsByTheirElementSize) {
+  EXPECT_EQ(ddplab::memory::bytes_of({}), 0);
+  EXPECT_EQ(ddplab::memory::bytes_of({torch::zeros({3, 4}), torch::Tensor(), torch::zeros({5}, torch::kInt64),
+                                      torch::zeros({2}, torch::kBFloat16)}),
+            48 + 40 + 4);
+}
+
 TEST(MemoryTracker, CountsTheLiveBytesOfTensorsAndTheirPeak) {
   Tracker t;
   EXPECT_EQ(t.live_bytes(), 0);

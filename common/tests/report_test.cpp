@@ -25,6 +25,22 @@ fs::path temp_dir(const std::string& name) {
   return d;
 }
 
+TEST(RunReport, AVerdictIsRecordedOnceUnderItsIdAndABadIdIsRefused) {
+  ddplab::RunReport r("lab04_grad_sync", 1, 2);
+  r.verdict("order_in_layout", true, "launch order: the layout's", {{"steps", 16}});
+  r.verdict("params_identical", false, "parameters at the end: DIFFERENT");
+  r.verdict("order_in_layout", false, "launch order: NOT the layout's", {{"first_bad_step", 3}});  // replaces
+  const auto& v = r.json()["verdicts"];
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v["order_in_layout"]["ok"], false);
+  EXPECT_EQ(v["order_in_layout"]["said"], "launch order: NOT the layout's");
+  EXPECT_EQ(v["order_in_layout"]["figures"]["first_bad_step"], 3);
+  EXPECT_EQ(v["params_identical"]["figures"], nlohmann::json::object());
+  for (const char* bad : {"", "Order", "order-in-layout", "a b"}) {
+    EXPECT_THROW(r.verdict(bad, true, "x"), ddplab::Error) << "'" << bad << "'";
+  }
+}
+
 TEST(SampleLedger, SetDigestIsOrderIndependentOrderDigestIsNot) {
   ddplab::SampleLedger a, b;
   a.add(std::vector<uint64_t>{1, 2, 3, 4});

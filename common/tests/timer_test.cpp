@@ -66,6 +66,41 @@ TEST(StepTimer, KeepsEachStepsPhasesForTheirMedians) {
   EXPECT_TRUE(t.phase_per_step(ddplab::Phase::kDataWait).empty());
 }
 
+TEST(StepTimer, LastStepHasItsPhasesAndWhenEachBeganAndEnded) {
+  ddplab::StepTimer t;
+  EXPECT_EQ(t.last_step().seconds, 0.0);  // before any step: an empty record
+  t.begin_step();
+  const auto before = ddplab::StepTimer::Clock::now();
+  { auto s = t.scope(ddplab::Phase::kForward); }
+  { auto s = t.scope(ddplab::Phase::kBackward); }
+  EXPECT_TRUE(t.current_step().entered(ddplab::Phase::kBackward));  // the step in progress, so far
+  EXPECT_FALSE(t.last_step().entered(ddplab::Phase::kBackward));
+  { auto s = t.scope(ddplab::Phase::kForward); }  // a second forward scope: first begin, last end
+  t.add(ddplab::Phase::kComm, 0.5);               // added, not scoped: counted, no boundaries
+  t.end_step();
+  const auto& r = t.last_step();
+  EXPECT_EQ(r.seconds, t.step_seconds().back());
+  EXPECT_DOUBLE_EQ(r.phase(ddplab::Phase::kComm), 0.5);
+  EXPECT_EQ(r.phase(ddplab::Phase::kForward), t.phase_per_step(ddplab::Phase::kForward).back());
+  EXPECT_TRUE(r.entered(ddplab::Phase::kForward));
+  EXPECT_TRUE(r.entered(ddplab::Phase::kBackward));
+  EXPECT_FALSE(r.entered(ddplab::Phase::kComm));
+  const int fwd = static_cast<int>(ddplab::Phase::kForward), bwd = static_cast<int>(ddplab::Phase::kBackward);
+  EXPECT_LE(r.start, r.began[fwd]);
+  EXPECT_LE(r.began[fwd], r.began[bwd]);
+  EXPECT_LE(r.ended[bwd], r.ended[fwd]);  // the forward scope after backward ended last
+  EXPECT_LE(r.ended[fwd], r.end);
+  EXPECT_GE(r.since_began(ddplab::Phase::kBackward, before), 0.0);
+  EXPECT_EQ(r.since_began(ddplab::Phase::kComm, before), 0.0);
+  // A cancelled step leaves the last finished one in place; reset() forgets it.
+  t.begin_step();
+  { auto s = t.scope(ddplab::Phase::kOptimizer); }
+  t.cancel_step();
+  EXPECT_FALSE(t.last_step().entered(ddplab::Phase::kOptimizer));
+  t.reset();
+  EXPECT_FALSE(t.last_step().entered(ddplab::Phase::kForward));
+}
+
 TEST(StepTimer, EndWithoutBeginIsAnError) {
   ddplab::StepTimer t;
   EXPECT_THROW(t.end_step(), ddplab::Error);

@@ -4,6 +4,7 @@
 // and the failure prints the tables as the registry has them, ready to paste.
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -117,6 +118,59 @@ TEST(Docs, TheGuideListsEveryCheckKindAndParameterAsTheRegistryDeclaresThem) {
   ASSERT_FALSE(params.empty()) << "no table after '### Check parameters'";
   expect_same(kinds, kinds_table(), "'Check kinds'");
   expect_same(params, params_table(), "'Check parameters'");
+}
+
+// The verdicts table of docs/concepts/metrics.md against every grade.toml: a verdict a check
+// grades is documented for its lab (or for every lab) with the exercise the check names, and a row
+// names a lab that exists. A verdict renamed in a driver and a spec without the table fails here.
+TEST(Docs, TheMetricsPageListsEveryGradedVerdict) {
+  std::ifstream in(std::string(DDPLAB_TEST_SOURCE_ROOT) + "/docs/concepts/metrics.md");
+  ASSERT_TRUE(in) << "no docs/concepts/metrics.md";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const auto table = table_after(ss.str(), "### Verdicts");
+  ASSERT_GE(table.size(), 3u) << "no table after '### Verdicts' in docs/concepts/metrics.md";
+  const auto specs = load_all_specs(DDPLAB_TEST_SOURCE_ROOT);
+  std::set<std::string> labs;
+  for (const auto& spec : specs) labs.insert(spec.folder);
+  // (lab, verdict) -> exercise; lab "*" for the row of every lab.
+  std::map<std::pair<std::string, std::string>, std::string> documented;
+  auto cell = [](const std::string& c) {
+    std::string t = c;
+    t.erase(0, t.find_first_not_of(' '));
+    t.erase(t.find_last_not_of(' ') + 1);
+    if (t.size() >= 2 && t.front() == '`' && t.back() == '`') t = t.substr(1, t.size() - 2);
+    return t;
+  };
+  for (size_t i = 2; i < table.size(); ++i) {
+    std::vector<std::string> cells;
+    std::stringstream line(table[i].substr(1));
+    for (std::string c; std::getline(line, c, '|');) cells.push_back(cell(c));
+    ASSERT_GE(cells.size(), 4u) << "verdicts table row " << i - 1 << ": " << table[i];
+    const std::string lab = cells[0].rfind("every lab", 0) == 0 ? "*" : cells[0];
+    EXPECT_TRUE(lab == "*" || labs.count(lab)) << "verdicts table row " << i - 1 << " names no lab: " << cells[0];
+    documented[{lab, cells[1]}] = cells[2];
+  }
+  int graded = 0;
+  for (const auto& spec : specs) {
+    for (const auto& c : spec.checks) {
+      if (c.kind != "verdict") continue;
+      ++graded;
+      const std::string id = c.params.value("verdict", std::string());
+      auto it = documented.find({spec.folder, id});
+      if (it == documented.end()) it = documented.find({"*", id});
+      if (it == documented.end()) {
+        ADD_FAILURE() << spec.folder << "/grade.toml check '" << c.id << "' grades verdict '" << id
+                      << "', which docs/concepts/metrics.md's verdicts table does not list for " << spec.folder;
+        continue;
+      }
+      if (it->first.first != "*") {
+        EXPECT_EQ(it->second, c.exercise) << "verdict '" << id << "' of " << spec.folder
+                                          << ": the table's exercise is not the one check '" << c.id << "' grades";
+      }
+    }
+  }
+  EXPECT_GT(graded, 0) << "no grade.toml grades a verdict: the table has nothing to be compared with";
 }
 
 // The descriptors themselves: every kind names itself, says when it passes and how it fails,

@@ -146,30 +146,10 @@ torch::Tensor sharded_lookup(ddplab::dist::Communicator& comm, const ShardLayout
 // ---- 07.4: recomputation ----
 
 /// Autocast on `device` switched to `enabled` (in the course's low precision: bfloat16 on CPU,
-/// float16 on CUDA) for the scope's lifetime, then restored (given; lab 05's 05.1 builds the same
-/// scope). The driver's --autocast runs the forward in one; recompute's backward needs one to run
-/// the forward again as the forward ran.
-class AutocastAs {
- public:
-  AutocastAs(torch::DeviceType device, bool enabled)
-      : device_(device), was_(ddplab::amp::autocast_enabled(device)), dtype_(ddplab::amp::autocast_dtype(device)) {
-    if (enabled) ddplab::amp::set_autocast_dtype(device, ddplab::amp::low_precision_dtype(device));
-    ddplab::amp::set_autocast_enabled(device, enabled);
-    ddplab::amp::increment_nesting();
-  }
-  ~AutocastAs() {
-    if (ddplab::amp::decrement_nesting() == 0) ddplab::amp::clear_cache();
-    ddplab::amp::set_autocast_enabled(device_, was_);
-    if (ddplab::amp::autocast_dtype(device_) != dtype_) ddplab::amp::set_autocast_dtype(device_, dtype_);
-  }
-  AutocastAs(const AutocastAs&) = delete;
-  AutocastAs& operator=(const AutocastAs&) = delete;
-
- private:
-  torch::DeviceType device_;
-  bool was_;
-  torch::ScalarType dtype_;
-};
+/// float16 on CUDA) for the scope's lifetime, then restored (given: the kit's scope, amp.h; lab 05's
+/// 05.1 builds the same). The driver's --autocast runs the forward in one; recompute's backward
+/// needs one to run the forward again as the forward ran: AutocastAs cast(device, enabled).
+using AutocastAs = ddplab::amp::AutocastGuard;
 
 /// 07.4. The MLP with recomputation: forward keeps only its input x (no activations of the MLP
 /// stay alive between forward and backward); backward runs the MLP's forward again on x with

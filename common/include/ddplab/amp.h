@@ -25,6 +25,25 @@ int increment_nesting();
 int decrement_nesting();
 void clear_cache();
 
+/// Autocast on `device` switched to `enabled` for the scope's lifetime, in `dtype` (default: the
+/// course's low precision for the device), then restored - state and dtype - as torch.autocast's
+/// context manager does. `enabled` false switches autocast off inside (a scope that re-runs a
+/// forward as it first ran, recomputation's). The kit's version of lab 05's exercise 05.1; labs
+/// 07 and 09 use it.
+class AutocastGuard {
+ public:
+  AutocastGuard(torch::DeviceType device, bool enabled);
+  AutocastGuard(torch::DeviceType device, bool enabled, torch::ScalarType dtype);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  torch::DeviceType device_;
+  bool was_;
+  torch::ScalarType dtype_;
+};
+
 /// Elements of `grad` that are not zero in float32 and that float16 storage would flush to zero
 /// (|x| below fp16's smallest subnormal, 2^-24 = 5.96e-8) or overflow to infinity (|x| > 65504),
 /// after multiplying by `scale`.

@@ -34,6 +34,10 @@ class DeepFMImpl : public torch::nn::Module {
   static torch::Tensor fm_interaction(const torch::Tensor& e);
 
   const DeepFMOptions& options() const noexcept { return opts_; }
+  /// The parameters by role: the tables (embedding and first_order weights: rows a batch touches
+  /// sparsely) and the dense rest (dense_linear and the MLP), each in parameters() order.
+  std::vector<torch::Tensor> embedding_parameters() const;
+  std::vector<torch::Tensor> dense_parameters() const;
   torch::nn::Embedding embedding{nullptr};    ///< [167394, D] field embeddings (FM and MLP)
   torch::nn::Embedding first_order{nullptr};  ///< [167394, 1] first-order weights
   torch::nn::Linear dense_linear{nullptr};    ///< 13 -> 1, first-order term of the dense inputs

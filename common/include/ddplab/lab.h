@@ -20,6 +20,7 @@
 
 #include "ddplab/data/loader.h"
 #include "ddplab/data/shard.h"
+#include "ddplab/dist/agree.h"
 #include "ddplab/dist/communicator.h"
 #include "ddplab/dist/env.h"
 #include "ddplab/dist/process_group.h"
@@ -54,6 +55,10 @@ class LabFlags {
   /// A switch, e.g. flag("--stratify", stratify, "..."); DDPLAB_STRATIFY=1 sets it too.
   CLI::Option* flag(const std::string& name, bool& value, const std::string& help);
 
+  /// The shared --optimizer flag (optim::make's names, "adam" or "sgd"), its help saying why the
+  /// lab's default is what `name` holds.
+  CLI::Option* optimizer(std::string& name, const std::string& why_default);
+
   /// Every lab flag's value (after parsing), keyed by config_key().
   nlohmann::json values() const;
   CLI::App& app() noexcept { return app_; }
@@ -68,6 +73,30 @@ class LabFlags {
   CLI::App& app_;
   std::vector<std::pair<std::string, std::function<nlohmann::json()>>> values_;
 };
+
+/// What a probe gets: a world of one (dist::Loopback: collectives leave their data as one rank
+/// would) and the run's device.
+struct ProbeContext {
+  dist::Communicator& comm;
+  torch::Device device;
+};
+
+/// A probe: one exercise tried once on something tiny before the lab's body runs
+/// (LabProgram::probe), so a skeleton's run lists every missing exercise at once and the body
+/// can carry on without the ones that are missing (LabRun::has, LabRun::without).
+struct Probe {
+  std::string exercise;  ///< "04.1"
+  std::string what;      ///< "assign_buckets", named in a warning if the probe fails
+  std::function<void(ProbeContext&)> run;
+};
+
+/// Runs each probe once, in order, and returns the exercises found missing. A stub's
+/// NotImplemented goes to `missing` (which records it) and marks its exercise missing; any other
+/// error is a warning naming the exercise and what was probed, and the exercise counts as
+/// present, so that training meets the error again with its cause. One probe's failure is its
+/// exercise's only: the next probe still runs.
+std::set<std::string> run_probes(const std::vector<Probe>& probes, ProbeContext& ctx,
+                                 const std::function<void(const NotImplemented&)>& missing);
 
 /// What one finished epoch did on this rank.
 struct EpochSummary {
@@ -116,6 +145,9 @@ class LabRun {
   /// (data::shuffled_order of --seed and the epoch) cut into global batches, this rank taking its
   /// slice [rank x B, (rank + 1) x B) of each (data::global_batch_slice).
   std::unique_ptr<data::BatchLoader> global_batch_loader(int64_t epoch, int64_t steps) const;
+  /// Moves `module` to the run's device and gives every rank rank 0's weights and buffers: every
+  /// replica of data parallel starts from the same model.
+  void replicate(torch::nn::Module& module, dist::Communicator& comm) const;
   /// Learning rate for this run's global batch (--lr, scaled unless --no-lr-scaling).
   double lr() const { return opts_.effective_lr(global_batch()); }
   StepTimer& timer() noexcept { return timer_; }
@@ -173,6 +205,18 @@ class LabRun {
   /// is recorded (returns false); any other error is logged as a warning naming `what` and the
   /// exercise counts as present (returns true), so that training meets the error again.
   bool probe(const char* what, const std::function<void()>& exercise);
+  /// Runs the program's probes (LabProgram::probe; ddplab::run_probes) on a world of one and the
+  /// run's device, recording missing exercises as not attempted. run_lab calls it before the body.
+  void run_probes(const std::vector<Probe>& probes);
+  /// Whether every probe of `exercise` found it written (true for an exercise nothing probed).
+  bool has(const std::string& exercise) const { return absent_.count(exercise) == 0; }
+  /// When `exercise` is missing: rank 0 warns "<exercise> not attempted: <consequence>" and it
+  /// returns true. False (and silent) when it is there.
+  bool without(const std::string& exercise, const std::string& consequence) const;
+  /// The end of data-parallel training: every rank compares its parameters with the others'
+  /// (verdict `params_identical`, with this rank's digest), and, for a DeepFM, rank 0 evaluates
+  /// it for the job while the others wait. Collective. Returns the comparison.
+  dist::Agreement end_of_training(const std::shared_ptr<torch::nn::Module>& model, dist::Communicator& comm);
   /// Records the evaluation result (compared with the teacher's in the summary and report).
   void set_eval(const EvalResult& r);
   /// Every rank holds the same model: rank 0 evaluates it for the job, the others wait for it.
@@ -214,6 +258,7 @@ class LabRun {
   std::string initial_digest_;
   std::optional<EvalResult> eval_;
   std::set<std::string> missing_;        // exercises recorded as not attempted
+  std::set<std::string> absent_;         // exercises a probe found missing
   std::unique_ptr<nvml::Sampler> nvml_;  // CUDA only: the device's utilization, sampled during training
 };
 
@@ -226,6 +271,12 @@ struct LabProgram {
   /// False for a lab that scales the learning rate itself (lab 06): LabRun::lr() is then --lr
   /// unscaled, and --no-lr-scaling is an error instead of being silently ignored.
   bool lr_scaling_flag = true;
+  /// The exercises tried once before the body (LabRun::run_probes), in declaration order.
+  std::vector<Probe> probes;
+  /// Declares a probe of `exercise`: `fn` calls the student's code on something tiny.
+  void probe(std::string exercise, std::string what, std::function<void(ProbeContext&)> fn) {
+    probes.push_back(Probe{std::move(exercise), std::move(what), std::move(fn)});
+  }
 };
 
 /// Parses flags, runs the body and maps the outcome to an exit status: 0 ok, 2 bad flags,

@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <torch/torch.h>
 
 namespace ddplab::memory {
 
@@ -15,6 +18,9 @@ uint64_t current_rss_bytes();
 /// Peak bytes allocated by LibTorch's CUDA caching allocator on the current device; 0 on a
 /// CPU-only build or when CUDA is not in use.
 uint64_t cuda_peak_allocated_bytes();
+/// Bytes of the defined tensors among `tensors` (numel x element size; undefined ones count 0).
+int64_t bytes_of(const std::vector<torch::Tensor>& tensors);
+
 /// "512.0 MiB" style.
 std::string human_bytes(uint64_t bytes);
 

@@ -107,6 +107,15 @@ class RunReport {
   /// Peak RSS and CUDA peak, read now.
   void capture_memory();
 
+  /// One fact the lab established, recorded once and said once: writes
+  /// `verdicts.<id> = {"ok": ok, "said": said, "figures": figures}` and prints `said` (rank 0:
+  /// info when ok, a warning when not; `every_rank`: each rank prints its own). The grader's
+  /// `verdict` check reads the record, so rewording `said` never moves a grade. An id is one word
+  /// of [a-z0-9_]; a second verdict with the same id replaces the first (ddplab::Error otherwise
+  /// for a bad id).
+  void verdict(const std::string& id, bool ok, const std::string& said,
+               const nlohmann::json& figures = nlohmann::json::object(), bool every_rank = false);
+
   /// Writes the report to `path` atomically (temporary file + rename); creates parent folders.
   void write(const std::string& path) const;
   /// Reads and checks the schema name and version; throws ddplab::Error naming the file.

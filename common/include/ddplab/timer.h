@@ -28,6 +28,22 @@ class StepTimer {
  public:
   using Clock = std::chrono::steady_clock;
 
+  /// One finished step as the timer saw it (last_step()): its length, the seconds of each phase,
+  /// and when each phase first began and last ended (Clock::time_point{} for a phase the step did
+  /// not enter). A lab that measures something inside the step (when a collective started relative
+  /// to backward) reads the phase boundaries here instead of reading the clock again.
+  struct StepRecord {
+    Clock::time_point start{}, end{};
+    double seconds = 0.0;
+    std::array<double, kNumPhases> phases{};
+    std::array<Clock::time_point, kNumPhases> began{}, ended{};
+    double phase(Phase p) const { return phases[static_cast<int>(p)]; }
+    /// Whether the step entered phase `p`.
+    bool entered(Phase p) const { return began[static_cast<int>(p)] != Clock::time_point{}; }
+    /// Seconds from `t` to the start of phase `p` (negative: `t` is after it); 0 if not entered.
+    double since_began(Phase p, Clock::time_point t) const;
+  };
+
   /// RAII scope: time from construction to destruction is added to one phase.
   class Scope {
    public:
@@ -69,6 +85,11 @@ class StepTimer {
   /// total() keeps them).
   std::vector<double> phase_per_step(Phase p) const;
   int64_t steps() const noexcept { return static_cast<int64_t>(steps_.size()); }
+  /// The step end_step() closed last (a default record before the first one).
+  const StepRecord& last_step() const noexcept { return last_; }
+  /// The step in progress, so far: its phases and their boundaries up to now (seconds and end
+  /// are set when it ends). For a step function that reads its own phases before returning.
+  const StepRecord& current_step() const noexcept { return open_; }
   /// Forgets everything (after warm-up steps).
   void reset();
 
@@ -76,10 +97,12 @@ class StepTimer {
   void sync() const {
     if (sync_) sync_();
   }
+  void record(Phase p, Clock::time_point start, Clock::time_point end);
   std::array<double, kNumPhases> totals_{};
   std::array<double, kNumPhases> current_{};  ///< the step begun last, so far
   std::vector<double> steps_;
   std::vector<std::array<double, kNumPhases>> step_phases_;
+  StepRecord open_, last_;  ///< the step begun last (so far) and the one closed last
   Clock::time_point first_{}, step_start_{}, last_end_{};
   bool started_ = false, in_step_ = false;
   std::function<void()> sync_;

@@ -9,6 +9,7 @@
 #include "ddplab/data/loader.h"
 #include "ddplab/deepfm.h"
 #include "ddplab/dist/grad_sync.h"
+#include "ddplab/step.h"
 #include "ddplab/timer.h"
 
 namespace ddplab {
@@ -17,13 +18,14 @@ namespace ddplab {
 ///
 ///     optimizer.zero_grad();
 ///     loss = BCE-with-logits(model(batch), labels)   // Phase::kForward
-///     sync->before_backward(loss);                   // arms overlap hooks (untimed: no work)
+///     sync->before_backward(loss);                   // arms overlap hooks (in Phase::kForward)
 ///     loss.backward();                               // Phase::kBackward
 ///     sync->finish();                                // Phase::kComm: what backward did not hide
 ///     optimizer.step();                              // Phase::kOptimizer
 ///
 /// Without `sync` (one process, or independent trainers) there is no kComm scope. Returns the
 /// loss as a double. The caller begins and ends the step on the timer (LabRun::run_epoch does).
+/// It is timed_step(plain_parts(batch_loss)) (step.h), the step other labs vary part by part.
 double train_step(DeepFM& model, torch::optim::Optimizer& optimizer, const data::Batch& batch, StepTimer& timer,
                   dist::GradSync* sync = nullptr);
 

@@ -1,6 +1,8 @@
 // Cross-rank agreement helpers: one all-gather of 64-bit values, compared with rank 0's.
 #include "ddplab/dist/agree.h"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "ddplab/error.h"
@@ -24,6 +26,33 @@ std::vector<std::vector<uint64_t>> allgather_u64(Communicator& comm, const std::
     all.emplace_back(q, q + n);
   }
   return all;
+}
+
+std::vector<std::vector<double>> allgather_f64(Communicator& comm, const std::vector<double>& mine) {
+  std::vector<uint64_t> bits(mine.size());
+  std::memcpy(bits.data(), mine.data(), mine.size() * sizeof(double));
+  std::vector<std::vector<double>> all;
+  for (const auto& v : allgather_u64(comm, bits)) {
+    std::vector<double> d(v.size());
+    std::memcpy(d.data(), v.data(), v.size() * sizeof(double));
+    all.push_back(std::move(d));
+  }
+  return all;
+}
+
+std::vector<double> allgather_f64(Communicator& comm, double x) {
+  std::vector<double> out;
+  for (const auto& v : allgather_f64(comm, std::vector<double>{x})) out.push_back(v.at(0));
+  return out;
+}
+
+std::string per_rank(const std::vector<double>& values, const std::string& format) {
+  std::string out;
+  for (size_t r = 0; r < values.size(); ++r) {
+    out += fmt::format("{}rank {} ", r ? ", " : "", r);
+    out += fmt::format(fmt::runtime(format), values[r]);
+  }
+  return out;
 }
 
 std::string Agreement::describe() const {

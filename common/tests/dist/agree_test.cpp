@@ -33,6 +33,18 @@ TEST_P(Agree, AllgatherReturnsEveryRanksValuesInRankOrder) {
   });
 }
 
+TEST_P(Agree, DoublesArriveBitForBitInRankOrder) {
+  const int world = GetParam();
+  run_ranks(world, [world](ProcessGroup& pg) {
+    const double mine = 0.1 * pg.rank() - 1e-300;  // not representable as a fixed-point integer
+    const auto all = ddplab::dist::allgather_f64(pg, mine);
+    ASSERT_EQ(all.size(), static_cast<size_t>(world));
+    for (int q = 0; q < world; ++q) EXPECT_EQ(all[static_cast<size_t>(q)], 0.1 * q - 1e-300) << "from rank " << q;
+    const auto two = ddplab::dist::allgather_f64(pg, std::vector<double>{mine, -mine});
+    EXPECT_EQ(two.back(), (std::vector<double>{0.1 * (world - 1) - 1e-300, -(0.1 * (world - 1) - 1e-300)}));
+  });
+}
+
 TEST_P(Agree, EqualValuesAgreeAndADifferentOneNamesItsRank) {
   const int world = GetParam();
   run_ranks(world, [world](ProcessGroup& pg) {
@@ -86,5 +98,10 @@ TEST_P(Agree, ParametersAgreeUntilOneRankChangesOne) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, Agree, ::testing::Values(1, 2, 3, 4));
 #endif
+
+TEST(PerRank, NamesEachRanksFormattedValue) {
+  EXPECT_EQ(ddplab::dist::per_rank({0.12, 30.0}, "{:.0f} %"), "rank 0 0 %, rank 1 30 %");
+  EXPECT_EQ(ddplab::dist::per_rank({}, "{}"), "");
+}
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "ddplab/deepfm.h"
 #include "ddplab/fused_adam.h"
 #include "ddplab/dist/grad_sync.h"
+#include "ddplab/dist/loopback.h"
 #include "ddplab/dist/process_group.h"
 #include "ddplab/error.h"
 
@@ -272,24 +273,9 @@ TEST(BucketAssignment, DeepFMUnderPyTorchDefaultsHasTwoBuckets) {
   expect_bucket_rules(params, buckets, BucketOptions{});
 }
 
-// A world of one behind the Communicator interface: every collective is the identity. It has no
-// asynchronous path, so overlap runs on Communicator's default allreduce_async.
-class LoopbackComm final : public Communicator {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  void allreduce(torch::Tensor& t) override { Recorder r(stats_, ddplab::dist::Op::kAllreduce, nbytes(t)); }
-  void broadcast(torch::Tensor& t, int) override { Recorder r(stats_, ddplab::dist::Op::kBroadcast, nbytes(t)); }
-  void allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) override { out.at(0).copy_(in); }
-  void all_to_all(torch::Tensor& out, const torch::Tensor& in) override { out.copy_(in); }
-  void all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>&,
-                  const std::vector<int64_t>&) override {
-    out.copy_(in);
-  }
-  void send(const torch::Tensor&, int, int) override { throw ddplab::Error("no peer"); }
-  void recv(torch::Tensor&, int, int) override { throw ddplab::Error("no peer"); }
-  void barrier() override {}
-};
+// A world of one behind the Communicator interface (dist::Loopback). It has no asynchronous
+// path, so overlap runs on Communicator's default allreduce_async.
+using LoopbackComm = ddplab::dist::Loopback;
 
 TEST(GradSyncTransport, StrategiesRunOnAnyCommunicator) {
   LoopbackComm comm;

@@ -141,7 +141,7 @@ namespace ddplab::grader::checks {
 
 // The descriptors, each defined at the end of its kind's file and listed in registry.cpp.
 extern const CheckKind kUnitTests, kRunOk, kPhases, kUtilization, kAuc, kConsistency, kCoverage, kParity, kScaling,
-    kCommBudget, kOutput, kSameModel, kGradSync, kExposedComm, kDataWait, kSameOrder, kCost;
+    kCommBudget, kOutput, kSameModel, kGradSync, kExposedComm, kDataWait, kSameOrder, kCost, kVerdict;
 
 /// A rule for CheckKind::rules: every run the check reads saves its model (save_model = true).
 std::string runs_save_models(const CheckSpec& c, const LabSpec& lab);

@@ -24,7 +24,7 @@ const std::vector<const CheckKind*>& check_registry() {
                                                       &kAuc,       &kConsistency, &kCoverage, &kParity,
                                                       &kScaling,   &kCommBudget,  &kOutput,   &kSameModel,
                                                       &kGradSync,  &kExposedComm, &kDataWait, &kSameOrder,
-                                                      &kCost};
+                                                      &kCost,      &kVerdict};
   return kinds;
 }
 

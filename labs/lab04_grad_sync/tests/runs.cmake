@@ -7,19 +7,19 @@ if(LAB_TREE STREQUAL "solutions")
   ddplab_lab_run(single_512 ARGS ${args} --batch 512 --sync per-param EQ status=ok phases.steps=8)
   ddplab_lab_run(per_param_2 RANKS 2 ARGS ${args} --batch 256 --sync per-param REPORT 1
                  EQ status=ok sync.steps.collectives.min=12 sync.steps.collectives.max=12
-                    sync.steps.order_in_layout=ON sync.params_identical=ON)
+                    sync.steps.order_in_layout=ON verdicts.params_identical.ok=ON)
   # DDP's layout of DeepFM: the MLP's last six tensors (1,284,804 bytes) first, the rest second.
   ddplab_lab_run(bucketed_2 RANKS 2 ARGS ${args} --batch 256 --sync student-bucketed
                  EXPECT "student-bucketed: 2 bucket\\(s\\), 2-2 collective\\(s\\) and 13.36 MB per step"
                  EQ status=ok sync.buckets.0.bytes=1284804 sync.buckets.1.bytes=12070848
-                    sync.steps.collectives.min=2 sync.steps.order_in_layout=ON sync.order_same_across_ranks=ON
-                    sync.params_identical=ON)
+                    sync.steps.collectives.min=2 sync.steps.order_in_layout=ON verdicts.order_same_across_ranks.ok=ON
+                    verdicts.params_identical.ok=ON)
   ddplab_lab_run(overlap_2 RANKS 2 ARGS ${args} --batch 256 --sync student-overlap
                  EXPECT "the same sequence of collectives on every rank"
-                 EQ status=ok sync.steps.collectives.max=2 sync.steps.order_in_layout=ON sync.params_identical=ON
+                 EQ status=ok sync.steps.collectives.max=2 sync.steps.order_in_layout=ON verdicts.params_identical.ok=ON
                  GT sync.steps.launched_in_backward_median=0.5)
   ddplab_lab_run(overlap_4 RANKS 4 ARGS ${args} --batch 128 --sync student-overlap --bucket-cap-mb 1
-                 EQ status=ok sync.buckets.2.bytes=10713216 sync.steps.collectives.min=3 sync.params_identical=ON)
+                 EQ status=ok sync.buckets.2.bytes=10713216 sync.steps.collectives.min=3 verdicts.params_identical.ok=ON)
   ddplab_lab_parity(match_single SINGLE single_512 RANKS per_param_2 bucketed_2 overlap_2 overlap_4 TOL 1e-4)
   # The overlapped rung under the other launchers (the rank from OMPI_COMM_WORLD_* or torchrun's
   # variables; mpirun gets the rendezvous with -x).
@@ -46,10 +46,10 @@ if(LAB_TREE STREQUAL "solutions")
   # 04.3: a branch rank r skips at the steps s with (s + r) % 2 == 0. Marked unused, it trains like
   # the oracle; unhandled, the rank that skipped names the bucket and the job stops (no hang).
   set(branch ${args} --batch 256 --unused-branch 2)
-  ddplab_lab_run(unused_oracle RANKS 2 ARGS ${branch} --sync per-param EQ status=ok sync.params_identical=ON)
+  ddplab_lab_run(unused_oracle RANKS 2 ARGS ${branch} --sync per-param EQ status=ok verdicts.params_identical.ok=ON)
   ddplab_lab_run(unused_found RANKS 2 ARGS ${branch} --sync student-overlap --find-unused
                  EXPECT "branch skipped on 4 of 8 steps"
-                 EQ status=ok sync.params_identical=ON sync.steps.order_in_layout=ON sync.steps.unused_marked=16)
+                 EQ status=ok verdicts.params_identical.ok=ON sync.steps.order_in_layout=ON sync.steps.unused_marked=16)
   ddplab_lab_same_params(ORACLE unused_oracle RUNS unused_found)
   ddplab_lab_run(unused_unhandled RANKS 2 ARGS ${branch} --sync student-overlap --comm-timeout 20 RC 1 NO_REPORT
                  EXPECT "\\[rank 0\\] bucket 0 of 2 \\([0-9]+ bytes\\) was never launched" "exercise 04.3")

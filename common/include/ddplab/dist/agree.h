@@ -16,6 +16,15 @@ namespace ddplab::dist {
 /// Every rank's `mine`, in rank order. Collective: every rank calls it with the same length.
 std::vector<std::vector<uint64_t>> allgather_u64(Communicator& comm, const std::vector<uint64_t>& mine);
 
+/// Every rank's `mine` as doubles, bit for bit, in rank order. Collective, as allgather_u64.
+std::vector<std::vector<double>> allgather_f64(Communicator& comm, const std::vector<double>& mine);
+/// Every rank's one value `x`, in rank order. Collective.
+std::vector<double> allgather_f64(Communicator& comm, double x);
+
+/// "rank 0 12 %, rank 1 30 %": one entry per rank, each value through `format` (an fmt
+/// format string with one placeholder, e.g. "{:.0f} %").
+std::string per_rank(const std::vector<double>& values, const std::string& format);
+
 /// One value per rank, and which ranks disagree with rank 0.
 struct Agreement {
   std::vector<uint64_t> values;  ///< by rank

@@ -141,6 +141,25 @@ class Communicator {
   Observer observer_;
 };
 
+/// The communicator's statistics over a window: from construction (or restart()) to now. For a
+/// lab that reports what its training loop sent, without the set-up's collectives.
+class StatsWindow {
+ public:
+  explicit StatsWindow(const Communicator& comm) : comm_(comm), start_(comm.stats()) {}
+  void restart() { start_ = comm_.stats(); }
+  int64_t calls(Op op) const { return now(op).calls - was(op).calls; }
+  int64_t bytes(Op op) const { return now(op).bytes - was(op).bytes; }
+  double seconds(Op op) const { return now(op).seconds - was(op).seconds; }
+  /// bytes(op) / steps, 0 for no steps.
+  int64_t bytes_per(Op op, int64_t steps) const { return steps > 0 ? bytes(op) / steps : 0; }
+
+ private:
+  const OpStats& now(Op op) const { return comm_.stats().ops[static_cast<size_t>(op)]; }
+  const OpStats& was(Op op) const { return start_.ops[static_cast<size_t>(op)]; }
+  const Communicator& comm_;
+  CommStats start_;
+};
+
 /// Broadcasts every parameter and buffer of `module` from `root` (start every rank from rank 0's
 /// weights).
 void broadcast_module(Communicator& comm, torch::nn::Module& module, int root = 0);

@@ -1,0 +1,57 @@
+// The world of one (dist/loopback.h): collectives leave data as a one-rank job would and are
+// counted and observed like a real transport's; a statistics window sees only its own calls.
+#include "ddplab/dist/loopback.h"
+
+#include <gtest/gtest.h>
+
+#include "ddplab/error.h"
+
+namespace {
+
+using ddplab::dist::Op;
+
+TEST(Loopback, CollectivesLeaveDataAsOneRankWouldAndAreCountedAndObserved) {
+  ddplab::dist::Loopback comm;
+  std::vector<Op> seen;
+  comm.set_observer([&](Op op, int64_t, int64_t) { seen.push_back(op); });
+  torch::Tensor t = torch::arange(4, torch::kFloat32);
+  comm.allreduce(t);
+  comm.broadcast(t, 0);
+  EXPECT_TRUE(torch::equal(t, torch::arange(4, torch::kFloat32)));
+  std::vector<torch::Tensor> out{torch::zeros({4})};
+  comm.allgather(out, t);
+  EXPECT_TRUE(torch::equal(out[0], t));
+  torch::Tensor a2a = torch::zeros({4});
+  comm.all_to_all(a2a, t);
+  EXPECT_TRUE(torch::equal(a2a, t));
+  comm.send(t, 0);
+  comm.recv(t, 0);
+  comm.barrier();
+  EXPECT_EQ(seen, (std::vector<Op>{Op::kAllreduce, Op::kBroadcast, Op::kAllgather, Op::kAllToAll, Op::kSend, Op::kRecv,
+                                   Op::kBarrier}));
+  EXPECT_EQ(comm.stats().ops[static_cast<size_t>(Op::kAllreduce)].bytes, 16);
+  EXPECT_EQ(comm.stats().total_calls(), 7);
+  EXPECT_THROW(comm.broadcast(t, 1), ddplab::Error);  // no rank 1 in a world of one
+  std::vector<torch::Tensor> two{torch::zeros({4}), torch::zeros({4})};
+  EXPECT_THROW(comm.allgather(two, t), ddplab::Error);
+}
+
+TEST(StatsWindow, CountsOnlyWhatHappenedSinceItOpened) {
+  ddplab::dist::Loopback comm;
+  torch::Tensor t = torch::zeros({8});  // 32 bytes
+  comm.allreduce(t);                    // before the window: not counted
+  ddplab::dist::StatsWindow w(comm);
+  EXPECT_EQ(w.calls(Op::kAllreduce), 0);
+  for (int i = 0; i < 3; ++i) comm.allreduce(t);
+  comm.broadcast(t, 0);
+  EXPECT_EQ(w.calls(Op::kAllreduce), 3);
+  EXPECT_EQ(w.bytes(Op::kAllreduce), 96);
+  EXPECT_EQ(w.bytes_per(Op::kAllreduce, 3), 32);
+  EXPECT_EQ(w.bytes_per(Op::kAllreduce, 0), 0);
+  EXPECT_EQ(w.bytes(Op::kBroadcast), 32);
+  EXPECT_GE(w.seconds(Op::kAllreduce), 0.0);
+  w.restart();
+  EXPECT_EQ(w.calls(Op::kAllreduce), 0);
+}
+
+}  // namespace

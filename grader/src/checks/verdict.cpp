@@ -1,0 +1,64 @@
+// Check kind `verdict`: a fact the lab program established and recorded in its report
+// (RunReport::verdict: `verdicts.<id>` = {ok, said, figures}) holds on the ranks the check names.
+// The grader reads the record, not the printed sentence, so rewording a line never moves a grade;
+// `output` stays for what only the printed text shows (an error path's message).
+#include "check_util.h"
+
+namespace ddplab::grader::checks {
+namespace {
+
+void check_verdict(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
+  if (!runs_usable(c, ctx, r)) return;
+  const auto& run = the_run(c, ctx);
+  const std::string id = c.text("verdict");
+  const auto reps = reports(run);
+  const size_t ranks = c.text("rank") == "all" ? reps.size() : std::min<size_t>(1, reps.size());
+  std::string said;
+  for (size_t k = 0; k < ranks; ++k) {
+    const json& rep = reps[k];
+    const auto v = rep.find("verdicts");
+    if (v == rep.end() || !v->is_object() || !v->contains(id)) {
+      fail(r,
+           fmt::format("run '{}', rank {}: the report has no verdict '{}' (the program never established it)",
+                       c.runs[0], k, id),
+           c.diagnosis);
+      return;
+    }
+    const json& one = (*v)[id];
+    if (!one.is_object() || !one.contains("ok") || !one["ok"].is_boolean()) {
+      throw Error(fmt::format("run '{}', rank {}'s report: verdicts.{} has no boolean 'ok'", c.runs[0], k, id));
+    }
+    const std::string text = one.value("said", std::string());
+    if (!one["ok"].get<bool>()) {
+      fail(r, fmt::format("run '{}', rank {}: {}", c.runs[0], k, text.empty() ? "verdict '" + id + "' is false" : text),
+           c.diagnosis);
+      return;
+    }
+    if (k == 0) said = text;
+  }
+  pass(r, ranks > 1 ? fmt::format("on all {} ranks: {}", ranks, said) : said);
+}
+
+}  // namespace
+
+const CheckKind kVerdict =
+    {"verdict",
+     "the run's report records verdict `verdict` as ok (on rank 0, or on every rank)",
+     RunArity::kOne,
+     {{"verdict", ParamType::kString, nullptr,
+       "the verdict's id, as the lab program records it (`verdicts.<id>` in its report)", Presence::kRequired},
+      {"rank", ParamType::kString, "all", "which ranks' reports must hold it as ok", Presence::kDefault, {"all", "0"}}},
+     "the program established the opposite of what the lab asks for",
+     check_verdict,
+     [](const CheckSpec& c, const LabSpec&) -> std::string {
+       const std::string id = c.text("verdict");
+       if (id.empty()) return "verdict must name an id";
+       for (char ch : id) {
+         if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_')) {
+           return fmt::format("verdict '{}': an id is lower-case letters, digits and '_'", id);
+         }
+       }
+       return "";
+     }};
+
+}  // namespace ddplab::grader::checks

@@ -1,0 +1,88 @@
+// Check kind verdict: the report's verdicts.<id> decides, on rank 0 or on every rank; a missing
+// verdict, a false one and a bad id are each named; the printed sentence plays no part.
+#include <fstream>
+
+#include "check_fixture.h"
+
+namespace ddplab::grader::testing {
+namespace {
+
+class VerdictCheck : public CheckTest {
+ protected:
+  void SetUp() override {
+    CheckTest::SetUp();
+    load(R"([[run]]
+name = "r"
+ranks = 2
+
+[[check]]
+id = "traffic"
+kind = "verdict"
+name = "the boundary traffic matches the formula"
+run = "r"
+verdict = "boundary_traffic"
+
+[[check]]
+id = "traffic0"
+kind = "verdict"
+name = "rank 0 says so"
+run = "r"
+verdict = "boundary_traffic"
+rank = "0"
+)");
+  }
+  json with(bool ok, const std::string& said = "boundary traffic per step: matches the formula") {
+    json rep = good_report();
+    rep["verdicts"]["boundary_traffic"] = {{"ok", ok}, {"said", said}, {"figures", {{"sent", 880640}}}};
+    return rep;
+  }
+};
+
+TEST_F(VerdictCheck, PassesWhenEveryRankRecordsItOk) {
+  add_run("r", {with(true), with(true)});
+  const auto r = grade("traffic");
+  EXPECT_TRUE(has(r, Status::kPassed));
+  EXPECT_EQ(r.observed, "on all 2 ranks: boundary traffic per step: matches the formula");
+}
+
+TEST_F(VerdictCheck, AFalseVerdictOnOneRankFailsNamingItAndWhatItSaid) {
+  add_run("r", {with(true), with(false, "boundary traffic: does NOT match the formula")});
+  const auto r = grade("traffic");
+  EXPECT_TRUE(has(r, Status::kFailed, "the program established the opposite"));
+  EXPECT_EQ(r.observed, "run 'r', rank 1: boundary traffic: does NOT match the formula");
+  // rank = "0" reads rank 0's only.
+  EXPECT_TRUE(has(grade("traffic0"), Status::kPassed));
+}
+
+TEST_F(VerdictCheck, AMissingVerdictFailsSayingTheProgramNeverEstablishedIt) {
+  add_run("r", {with(true), good_report()});
+  const auto r = grade("traffic");
+  EXPECT_TRUE(has(r, Status::kFailed));
+  EXPECT_EQ(r.observed,
+            "run 'r', rank 1: the report has no verdict 'boundary_traffic' (the program never established it)");
+}
+
+TEST_F(VerdictCheck, TheWordingOfTheSentenceDoesNotMatter) {
+  add_run("r", {with(true, "anything at all"), with(true, "")});
+  EXPECT_TRUE(has(grade("traffic"), Status::kPassed));
+}
+
+TEST_F(VerdictCheck, AVerdictWithoutABooleanOkIsMalformed) {
+  json bad = good_report();
+  bad["verdicts"]["boundary_traffic"] = {{"ok", "yes"}};
+  add_run("r", {bad, with(true)});
+  EXPECT_TRUE(has(grade("traffic"), Status::kFailed, "outputs are missing or malformed"));
+}
+
+TEST_F(VerdictCheck, TheSpecNamesABadIdAndABadRank) {
+  EXPECT_NE(load_error("[[run]]\nname = \"r\"\n[[check]]\nid = \"v\"\nkind = \"verdict\"\nname = \"n\"\nrun = \"r\"\n"
+                       "verdict = \"Boundary-Traffic\"\n")
+                .find("an id is lower-case letters, digits and '_'"),
+            std::string::npos);
+  EXPECT_NE(load_error("[[run]]\nname = \"r\"\n[[check]]\nid = \"v\"\nkind = \"verdict\"\nname = \"n\"\nrun = \"r\"\n"
+                       "verdict = \"x\"\nrank = \"1\"\n"),
+            "");
+}
+
+}  // namespace
+}  // namespace ddplab::grader::testing
