@@ -185,8 +185,10 @@ int run_forecast(const ForecastOptions& o) {
     const std::string data_dir = cfg.at("data").get<std::string>();
     model.rows_touched = measure_rows_touched(data_dir, batch, cfg.value("seed", uint64_t{0}));
     model.sparse_work = measure_sparse_work(model);
-    // Lab 09's template agrees on stopping every step (an 8-byte all-reduce of its stop flags).
-    model.control_allreduces = fs::path(program).filename() == "lab09_capstone" ? 1 : 0;
+    // A program's all-reduces a step besides the gradients', as its report says (lab 09's template
+    // agrees on stopping every step: an 8-byte all-reduce of its stop flags).
+    model.control_allreduces =
+        report.value(nlohmann::json::json_pointer("/template/control_allreduces_per_step"), int64_t{0});
     const double epoch =
         o.epoch_samples > 0 ? o.epoch_samples : static_cast<double>(data::read_metadata(data_dir).train_count);
     const int cores = sys::usable_cores();

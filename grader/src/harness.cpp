@@ -140,8 +140,6 @@ LabBinaries binaries_for(const nlohmann::json& targets, const LabSpec& spec, con
   LabBinaries b;
   b.program = lab->at("program").get<std::string>();
   b.tests = lab->at("tests").get<std::string>();
-  b.reference = targets.at("ddp_train").get<std::string>();
-  b.ddplab = targets.at("ddplab").get<std::string>();
   b.student = lab->value("student", "");
   return b;
 }
@@ -241,7 +239,7 @@ RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) 
   fs::create_directories(dir / "logs");
   LaunchSpec spec;
   spec.nproc = run.ranks;
-  spec.command = {run.program == "reference" ? ctx.bin.reference : ctx.bin.program};
+  spec.command = {ctx.bin.program};
   spec.command.insert(spec.command.end(), r.args.begin(), r.args.end());
   spec.command.insert(spec.command.end(), {"--data", r.data_dir, "--report", (dir / "rank{rank}.json").string()});
   if (run.save_model) {
@@ -347,7 +345,7 @@ std::string hidden_path_in(const std::string& text, const GradeOptions& o, const
   if (!as_user) hidden.push_back(dir(o.build_dir));  // as another uid, the build folder stays readable
   if (!o.calibration.empty()) hidden.push_back(fs::absolute(o.calibration).lexically_normal().string());
   std::vector<std::string> visible = {dir(o.out_dir), dir(o.data_dir), dir(o.build_dir) + "submission/"};
-  for (const auto& b : {bin.program, bin.tests, bin.reference}) {
+  for (const auto& b : {bin.program, bin.tests}) {
     if (!b.empty()) visible.push_back(fs::absolute(b).lexically_normal().string());  // bound read-only
   }
   for (const auto& h : hidden) {
@@ -743,7 +741,7 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     if (o.build) {
       const std::string suffix = targets.value("tree", "solutions") == o.tree ? "" : "_" + o.tree;
       say("building " + o.tree);
-      const std::string err = build_targets(o, {spec.program + suffix, spec.program + "_tests" + suffix, "ddp_train"});
+      const std::string err = build_targets(o, {spec.program + suffix, spec.program + "_tests" + suffix});
       if (!err.empty()) result.build_error = err;
     }
     if (result.build_error.empty()) find_forbidden();

@@ -278,7 +278,6 @@ void parse_runs(const std::string& path, const toml::table& root, LabSpec& s, st
       Reader r(path, *e.as_table(), "[[run]]");
       RunSpec run;
       run.name = r.str("name", true);
-      run.program = r.str("program", false, "lab");
       run.ranks = static_cast<int>(r.num("ranks", 1));
       run.args = r.strs("args", false);
       run.timeout_s = r.num("timeout_s", 0);
@@ -298,10 +297,6 @@ void parse_runs(const std::string& path, const toml::table& root, LabSpec& s, st
       }
       if (run.ranks < 1 || run.ranks > 16) {
         throw ConfigError(fmt::format("{}: run '{}': ranks must be in 1..16", where(path, e), run.name));
-      }
-      if (run.program != "lab" && run.program != "reference") {
-        throw ConfigError(
-            fmt::format("{}: run '{}': program must be \"lab\" or \"reference\"", where(path, e), run.name));
       }
       if (run.expect_failure && run.save_model) {
         throw ConfigError(

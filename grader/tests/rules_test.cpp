@@ -134,8 +134,7 @@ struct FakeKit {
     fs::create_directories(dir / "kit/labs/lab09_x");
     fs::create_directories(dir / "build/grader");
     std::ofstream(dir / "build/grader/targets.json")
-        << R"({"tree": "solutions", "ddplab": "/x", "ddp_train": "/x", "lab09_x/)" << tree
-        << R"(": {"program": "/x", "tests": "/x"}})";
+        << R"({"tree": "solutions", "lab09_x/)" << tree << R"(": {"program": "/x", "tests": "/x"}})";
     spec_path = dir / "grade.toml";
     std::ofstream spec(spec_path);
     spec << "[lab]\ntitle = \"Lab 09\"\nfolder = \"lab09_x\"\nprogram = \"lab09_x\"\n"

@@ -79,7 +79,6 @@ TEST_F(Scratch, ParsesASpecWithKindSpecificParameters) {
   EXPECT_EQ(s.id, "lab09_x");  // a spec outside labs/ declares its folder, which is its id
   ASSERT_EQ(s.runs.size(), 1u);
   EXPECT_EQ(s.runs[0].ranks, 2);
-  EXPECT_EQ(s.runs[0].program, "lab");
   EXPECT_EQ(s.run_timeout_s, 120);
   ASSERT_EQ(s.checks.size(), 1u);
   const auto& c = s.checks[0];
@@ -95,6 +94,15 @@ TEST_F(Scratch, ParsesASpecWithKindSpecificParameters) {
             "initial weights not broadcast from rank 0: every rank trains its own random model");
   EXPECT_THROW(c.number("tolerance"), UndeclaredParameter);
   EXPECT_DOUBLE_EQ(s.max_score(), 40);
+}
+
+TEST_F(Scratch, ARunRunsTheLabsOwnProgramAndNamesNoOther) {
+  // A run is the lab's program with its flags; the old `program = "reference"` (the tools' trainer)
+  // is gone, and the key is refused like any unknown one.
+  std::string text = spec_text();
+  text.insert(text.find("[[check]]"), "program = \"reference\"\n\n");
+  EXPECT_NE(error_of(text).find("program"), std::string::npos) << error_of(text);
+  EXPECT_EQ(error_of(spec_text()), "(no error)");
 }
 
 TEST_F(Scratch, ARunMayBeExpectedToFail) {

@@ -257,8 +257,19 @@ void Stages::backward_ran() {
   ++backwards_;
 }
 
-void Stages::end() {
+void Stages::end_order() {
   if (forwards_before_first_backward_ != m_) gpipe_ = false;
+}
+
+double Stages::end(ddplab::dist::Communicator& comm, double loss, torch::optim::Optimizer& optimizer) {
+  end_order();
+  torch::Tensor l = torch::full({1}, loss, torch::kDouble);
+  comm.broadcast(l, 1);
+  {
+    auto s = timer_.scope(Phase::kOptimizer);
+    optimizer.step();
+  }
+  return l.item<double>();
 }
 
 // ---- what the run measured ----

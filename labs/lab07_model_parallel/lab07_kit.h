@@ -90,11 +90,18 @@ class StepMemory {
 class Stages {
  public:
   Stages(ddplab::DeepFM& model, ddplab::StepTimer& timer, StepMemory& memory, int64_t micro_batches);
+  Stages(const Stages&) = delete;
+  Stages& operator=(const Stages&) = delete;
   const StageFns& fns() const noexcept { return fns_; }
   /// Starts a step on `batch` (kept by reference until the next).
   void begin(const ddplab::data::Batch& batch);
-  /// After the step: whether it ran GPipe's order (all m forwards before the first backward).
-  void end();
+  /// After the stages ran: whether the step ran GPipe's order (all m forwards before the first
+  /// backward); shares the loss the last stage computed with the other (one float, counted as a
+  /// broadcast: not part of the lesson's traffic) and updates this rank's parameters
+  /// (Phase::kOptimizer). Returns the step's loss.
+  double end(ddplab::dist::Communicator& comm, double loss, torch::optim::Optimizer& optimizer);
+  /// The order part of end() alone.
+  void end_order();
   bool gpipe_order() const noexcept { return gpipe_; }
   /// Samples [first, end) of micro-batch i of a batch of b samples (the first b % m get one more).
   static std::pair<int64_t, int64_t> range(int64_t b, int64_t m, int64_t i);

@@ -99,14 +99,7 @@ int main(int argc, char** argv) {
           stages.begin(batch);
           loss = f.micro() > 1 && run.has("07.2") ? lab07::pipeline_step(*comm, stages.fns(), f.micro())
                                                   : lab07::split_step(*comm, stages.fns());
-          stages.end();
-          // The loss is known on the last stage; the driver shares it for the progress line and the
-          // report (one float, counted as a broadcast: not part of the lesson's traffic).
-          torch::Tensor l = torch::full({1}, loss, torch::kDouble);
-          comm->broadcast(l, 1);
-          loss = l.item<double>();
-          auto s = run.timer().scope(Phase::kOptimizer);
-          optimizer->step();
+          loss = stages.end(*comm, loss, *optimizer);  // the last stage's loss shared; the update
         } else {
           loss = timed_step(run.timer(), *optimizer, sync.get(), plain_parts([&] { return dp_forward(batch); }));
         }

@@ -106,6 +106,7 @@ Environment detect_environment(const EnvLookup& env) {
     e.local_rank = r.integer_or("LOCAL_RANK", e.rank, 0);
     e.local_world_size = r.integer_or("LOCAL_WORLD_SIZE", e.world_size, 1);
     e.node_rank = r.integer_or("GROUP_RANK", 0, 0);
+    e.restart_count = r.integer_or("TORCHELASTIC_RESTART_COUNT", 0, 0);
     check_consistent(e, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", env);
     if (e.world_size > 1) {
       const auto addr = r.get("MASTER_ADDR");

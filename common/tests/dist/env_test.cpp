@@ -55,6 +55,14 @@ TEST(Environment, Torchrun) {
   EXPECT_EQ(e.master_addr, "10.0.0.1");
   EXPECT_EQ(e.master_port, 29501);
   EXPECT_EQ(e.describe(), "rank 3/4 (local 1/2, node 1) via torchrun, rendezvous 10.0.0.1:29501");
+  EXPECT_EQ(e.restart_count, 0);  // the first attempt
+}
+
+TEST(Environment, TorchrunSaysWhichAttemptOfAnElasticJobThisIs) {
+  const auto e = detect_environment(lookup({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_RESTART_COUNT", "2"}}));
+  EXPECT_EQ(e.restart_count, 2);
+  expect_config_error({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_RESTART_COUNT", "-1"}},
+                      "TORCHELASTIC_RESTART_COUNT");
 }
 
 TEST(Environment, TorchrunWinsOverOuterLaunchers) {

@@ -2,10 +2,57 @@
 // (RunReport::verdict: `verdicts.<id>` = {ok, said, figures}) holds on the ranks the check names.
 // The grader reads the record, not the printed sentence, so rewording a line never moves a grade;
 // `output` stays for what only the printed text shows (an error path's message).
+#include <cmath>
+#include <sstream>
+
 #include "check_util.h"
 
 namespace ddplab::grader::checks {
 namespace {
+
+/// "global_batch=512" -> the dotted path and the JSON value (a number, true/false, "text", [..]).
+std::pair<std::string, json> parse_expected(const std::string& entry) {
+  const auto eq = entry.find('=');
+  if (eq == std::string::npos || eq == 0) return {"", json()};
+  try {
+    return {entry.substr(0, eq), json::parse(entry.substr(eq + 1))};
+  } catch (const std::exception&) {
+    return {"", json()};
+  }
+}
+
+/// The figure at a dotted path ("dense.base_lr", "group_sizes.2"), or nullptr.
+const json* figure_at(const json& figures, const std::string& path) {
+  const json* j = &figures;
+  std::stringstream ss(path);
+  for (std::string key; std::getline(ss, key, '.');) {
+    if (j->is_object() && j->contains(key)) {
+      j = &(*j)[key];
+    } else if (j->is_array() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos &&
+               std::stoul(key) < j->size()) {
+      j = &(*j)[std::stoul(key)];
+    } else {
+      return nullptr;
+    }
+  }
+  return j;
+}
+
+/// Equal as figures: numbers within a relative 1e-6 (what a printed %g shows), the rest exactly.
+bool same_figure(const json& got, const json& want) {
+  if (got.is_number() && want.is_number()) {
+    const double g = got.get<double>(), w = want.get<double>();
+    return std::abs(g - w) <= 1e-6 * std::max(std::abs(w), 1e-300) || g == w;
+  }
+  if (got.is_array() && want.is_array()) {
+    if (got.size() != want.size()) return false;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (!same_figure(got[i], want[i])) return false;
+    }
+    return true;
+  }
+  return got == want;
+}
 
 void check_verdict(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   if (!runs_usable(c, ctx, r)) return;
@@ -34,6 +81,18 @@ void check_verdict(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
            c.diagnosis);
       return;
     }
+    const json figures = one.value("figures", json::object());
+    for (const auto& entry : c.texts("figures")) {
+      const auto [path, want] = parse_expected(entry);
+      const json* got = figure_at(figures, path);
+      if (got == nullptr || !same_figure(*got, want)) {
+        fail(r,
+             fmt::format("run '{}', rank {}: {} is {}, not {} ({})", c.runs[0], k, path,
+                         got == nullptr ? "missing" : got->dump(), want.dump(), text),
+             c.diagnosis);
+        return;
+      }
+    }
     if (k == 0) said = text;
   }
   pass(r, ranks > 1 ? fmt::format("on all {} ranks: {}", ranks, said) : said);
@@ -43,16 +102,25 @@ void check_verdict(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
 
 const CheckKind kVerdict =
     {"verdict",
-     "the run's report records verdict `verdict` as ok (on rank 0, or on every rank)",
+     "the run's report records verdict `verdict` as ok (on rank 0, or on every rank), with the `figures` given",
      RunArity::kOne,
      {{"verdict", ParamType::kString, nullptr,
        "the verdict's id, as the lab program records it (`verdicts.<id>` in its report)", Presence::kRequired},
-      {"rank", ParamType::kString, "all", "which ranks' reports must hold it as ok", Presence::kDefault, {"all", "0"}}},
+      {"rank", ParamType::kString, "all", "which ranks' reports must hold it as ok", Presence::kDefault, {"all", "0"}},
+      {"figures", ParamType::kStringList, json::array(),
+       "`path=value` entries: the verdict's figure at the dotted path must equal the JSON value (numbers within "
+       "1e-6 relative)"}},
      "the program established the opposite of what the lab asks for",
      check_verdict,
      [](const CheckSpec& c, const LabSpec&) -> std::string {
        const std::string id = c.text("verdict");
        if (id.empty()) return "verdict must name an id";
+       for (const auto& entry : c.texts("figures")) {
+         if (parse_expected(entry).first.empty()) {
+           return fmt::format("figures entry '{}': write path=value, the value in JSON (512, true, \"linear\", [3, 1])",
+                              entry);
+         }
+       }
        for (char ch : id) {
          if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_')) {
            return fmt::format("verdict '{}': an id is lower-case letters, digits and '_'", id);

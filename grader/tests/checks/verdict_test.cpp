@@ -74,6 +74,58 @@ TEST_F(VerdictCheck, AVerdictWithoutABooleanOkIsMalformed) {
   EXPECT_TRUE(has(grade("traffic"), Status::kFailed, "outputs are missing or malformed"));
 }
 
+class VerdictFigures : public CheckTest {
+ protected:
+  void SetUp() override {
+    CheckTest::SetUp();
+    load(R"([[run]]
+name = "r"
+
+[[check]]
+id = "batch"
+kind = "verdict"
+name = "the global batch is derived"
+run = "r"
+verdict = "global_batch"
+figures = ["global_batch=1024", "dense.base_lr=0.001", "dense.rule=\"linear\"", "groups=[3, 3, 1]", "derived=true"]
+)");
+  }
+  json with(double lr, json groups) {
+    json rep = good_report();
+    rep["verdicts"]["global_batch"] = {{"ok", true},
+                                       {"said", "global batch 1024"},
+                                       {"figures",
+                                        {{"global_batch", 1024},
+                                         {"dense", {{"base_lr", lr}, {"rule", "linear"}}},
+                                         {"groups", groups},
+                                         {"derived", true}}}};
+    return rep;
+  }
+};
+
+TEST_F(VerdictFigures, PassWhenEveryFigureIsTheExpectedOneNumbersWithinAPrintedPrecision) {
+  add_run("r", {with(0.001 * (1 + 1e-9), {3, 3, 1})});
+  EXPECT_TRUE(has(grade("batch"), Status::kPassed));
+}
+
+TEST_F(VerdictFigures, AFigureThatDiffersFailsNamingItsPathAndBothValues) {
+  add_run("r", {with(0.002, {3, 3, 1})});
+  auto r = grade("batch");
+  EXPECT_TRUE(has(r, Status::kFailed));
+  EXPECT_EQ(r.observed, "run 'r', rank 0: dense.base_lr is 0.002, not 0.001 (global batch 1024)");
+  runs_.clear();
+  add_run("r", {with(0.001, {3, 3, 3, 1})});
+  r = grade("batch");
+  EXPECT_EQ(r.observed, "run 'r', rank 0: groups is [3,3,3,1], not [3,3,1] (global batch 1024)");
+}
+
+TEST_F(VerdictFigures, AMissingFigureFails) {
+  json rep = with(0.001, {3, 3, 1});
+  rep["verdicts"]["global_batch"]["figures"].erase("derived");
+  add_run("r", {rep});
+  EXPECT_EQ(grade("batch").observed, "run 'r', rank 0: derived is missing, not true (global batch 1024)");
+}
+
 TEST_F(VerdictCheck, TheSpecNamesABadIdAndABadRank) {
   EXPECT_NE(load_error("[[run]]\nname = \"r\"\n[[check]]\nid = \"v\"\nkind = \"verdict\"\nname = \"n\"\nrun = \"r\"\n"
                        "verdict = \"Boundary-Traffic\"\n")
@@ -82,6 +134,10 @@ TEST_F(VerdictCheck, TheSpecNamesABadIdAndABadRank) {
   EXPECT_NE(load_error("[[run]]\nname = \"r\"\n[[check]]\nid = \"v\"\nkind = \"verdict\"\nname = \"n\"\nrun = \"r\"\n"
                        "verdict = \"x\"\nrank = \"1\"\n"),
             "");
+  EXPECT_NE(load_error("[[run]]\nname = \"r\"\n[[check]]\nid = \"v\"\nkind = \"verdict\"\nname = \"n\"\nrun = \"r\"\n"
+                       "verdict = \"x\"\nfigures = [\"batch=twelve\"]\n")
+                .find("figures entry 'batch=twelve': write path=value"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "../../../common/tests/dist/thread_ranks.h"
+#include "thread_ranks.h"
 #include "ddplab/deepfm.h"
 #include "ddplab/error.h"
 #include "ddplab/report.h"

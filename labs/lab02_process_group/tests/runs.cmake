@@ -7,11 +7,11 @@ if(LAB_TREE STREQUAL "solutions")
   ddplab_lab_run(run ARGS ${args} --no-lr-scaling
                  EXPECT "parameters at the start: identical on all 1 rank" "1 rank\\(s\\) processed 5000 samples, 5000 of them unique"
                         "0 of 1 processes repeated" "test AUC"
-                 EQ status=ok world_size=1 phases.steps=10 lab02.end_params_identical=ON lab02.epochs.0.unique=5000)
+                 EQ status=ok world_size=1 phases.steps=10 verdicts.params_identical.ok=ON lab02.epochs.0.unique=5000)
   ddplab_lab_run(ranks_2 RANKS 2 ARGS ${args} --no-lr-scaling
                  EXPECT "parameters at the start: identical on all 2 rank" "2 rank\\(s\\) processed 10000 samples, 5000 of them unique"
                         "1 of 2 processes repeated rank 0's work \\(2.0x" "parameters at the end: identical on all 2"
-                 EQ status=ok world_size=2 phases.steps=10 lab02.start_params_identical=ON lab02.end_params_identical=ON
+                 EQ status=ok world_size=2 phases.steps=10 verdicts.start_params_identical.ok=ON verdicts.params_identical.ok=ON
                     lab02.epochs.0.ranks_repeating_rank0=1
                  GT comm.ops.allreduce.calls=0 comm.ops.broadcast.calls=0)
   ddplab_lab_parity(repeat_single SINGLE run RANKS ranks_2 TOL 1e-6)

@@ -12,7 +12,7 @@ if(LAB_TREE STREQUAL "solutions")
     ddplab_lab_run(ranks_${n} RANKS ${n} ARGS ${args} --train-samples 8192 --batch ${per} REPORT 1
                    EXPECT "every sample exactly once across ${n} rank" "parameters at the end: identical on all ${n}"
                    EQ status=ok world_size=${n} phases.steps=8 sampler.num_samples=${each} sampler.epochs.0.covered=ON
-                      sampler.params_identical=ON)
+                      verdicts.params_identical.ok=ON)
   endforeach()
   ddplab_lab_parity(match_single SINGLE single_1024 RANKS ranks_2 ranks_4 TOL 1e-4)
 

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "../../../common/tests/dist/thread_ranks.h"
+#include "thread_ranks.h"
 #include "ddplab/deepfm.h"
 #include "ddplab/dist/grad_sync.h"
 #include "ddplab/error.h"

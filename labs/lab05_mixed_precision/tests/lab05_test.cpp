@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "../../../common/tests/dist/thread_ranks.h"
+#include "thread_ranks.h"
 #include "ddplab/amp.h"
 #include "ddplab/error.h"
 #include "lab05.h"

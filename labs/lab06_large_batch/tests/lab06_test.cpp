@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "../../../common/tests/dist/thread_ranks.h"
+#include "thread_ranks.h"
 #include "ddplab/dist/grad_sync.h"
 #include "ddplab/error.h"
 #include "lab06.h"

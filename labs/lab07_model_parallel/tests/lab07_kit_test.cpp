@@ -89,7 +89,7 @@ TEST(Lab07Kit, StagesRecordGpipeOrderAndTimeTheirPhases) {
     if (gpipe) {
       for (int64_t i = 0; i < 2; ++i) f.last_backward(i, losses[static_cast<size_t>(i)]);
     }
-    stages.end();
+    stages.end_order();
     timer.end_step();
   };
   run(true);

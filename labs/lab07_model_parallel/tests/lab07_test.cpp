@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "../../../common/tests/dist/thread_ranks.h"
+#include "thread_ranks.h"
 #include "lab07.h"
 
 #include "ddplab/data/schema.h"

@@ -11,13 +11,13 @@ if(LAB_TREE STREQUAL "solutions")
                  EXPECT "byte ranges: rank 0 .0, [0-9]+. [0-9]+ lines, rank 1 .*: disjoint, line-aligned, cover the file"
                         "each rank read only its share" "queue: at most [0-3] batches .*: within the bound"
                         "loader threads left running after the loader was destroyed: 0 of the 2"
-                 EQ status=ok phases.steps=7 input.loader=prefetch input.ranges_tile_file=ON
-                    input.read_only_own_share=ON input.threads_left=0)
+                 EQ status=ok phases.steps=7 input.loader=prefetch verdicts.ranges_tile_file.ok=ON
+                    verdicts.read_only_own_share.ok=ON input.threads_left=0)
   # The naive way: every rank parses the whole file and keeps one line in two.
   ddplab_lab_run(text_read_all_2 RANKS 2 ARGS ${args} --loader sync --read all
                  EXPECT "every rank reads the whole file \\(4096 lines\\) and keeps one line in 2"
                         "ranks read more than their share"
-                 EQ status=ok phases.steps=8 input.read=all input.read_only_own_share=OFF)
+                 EQ status=ok phases.steps=8 input.read=all verdicts.read_only_own_share.ok=OFF)
   # A worker meets a malformed line: the run stops with the file and line.
   ddplab_lab_run(text_bad_line ARGS ${args} --loader prefetch --workers 2 --corrupt-line 1000 RC 1 TIMEOUT 60
                  EXPECT "train\\.tsv: line 1000: field I1 \\(column 2\\)")

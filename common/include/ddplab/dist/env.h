@@ -19,6 +19,9 @@ struct Environment {
   std::string master_addr;  ///< rendezvous host (rank 0 hosts the TCPStore); "" for a single process
   int master_port = 0;
   std::string source;  ///< "torchrun", "openmpi", "slurm" or "single"
+  /// Which attempt of an elastic job this is (torchrun's TORCHELASTIC_RESTART_COUNT; 0: the first,
+  /// and for every other launcher).
+  int restart_count = 0;
 
   bool distributed() const noexcept { return world_size > 1; }
   /// Whether `other` places this process in the same job: same rank and world size and, in a

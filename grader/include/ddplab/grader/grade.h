@@ -69,7 +69,7 @@ struct RunOutcome {
 /// Where things are and how to grade.
 struct GradeOptions {
   std::string source_dir;                ///< the kit's source tree (grade.toml, skeletons)
-  std::string build_dir;                 ///< a configured build of the kit (its bin/ holds ddplab and ddp_train)
+  std::string build_dir;                 ///< a configured build of the kit (its bin/ holds the labs' programs)
   std::string tree;                      ///< which lab binaries to grade: "labs", "solutions" or "submission"
   std::string submission;                ///< a folder or .zip (tree "submission"); its manifest files are used
   std::string data_dir;                  ///< the data set runs train on
@@ -130,8 +130,6 @@ void save_calibration(const std::string& path, const Calibration& c);
 struct LabBinaries {
   std::string program;
   std::string tests;
-  std::string reference;  ///< ddp_train
-  std::string ddplab;
   std::string student;  ///< the static library compiled from the student files ("" if the build does not say)
 };
 

@@ -21,8 +21,7 @@ const char* visibility_name(Visibility v);
 /// One program run: `ranks` processes through the kit's launcher, on the data set the grader is
 /// given. The grader adds --data, --report and (if save_model) --save-model itself.
 struct RunSpec {
-  std::string name;     ///< referenced by checks ("train", "ddp2")
-  std::string program;  ///< "lab" (the lab's program, the default) or "reference" (ddp_train)
+  std::string name;  ///< referenced by checks ("train", "ddp2")
   int ranks = 1;
   std::vector<std::string> args;  ///< extra program arguments
   double timeout_s = 0;           ///< 0: [limits] run_timeout_s

@@ -1,0 +1,75 @@
+// The training template's apparatus (lab09_template.h) on synthetic input: checkpoint names sort
+// by step and the folder scan ignores the writer's temporary files, --resume finds the newest,
+// warm-up ramps linearly to the target, the job's clock bills world x wall time on top of what was
+// billed before, and the stop is SIGTERM's over the budget's. No student code runs here.
+#include "lab09_template.h"
+
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "ddplab/dist/loopback.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path scratch(const std::string& name) {
+  const fs::path d = fs::path(::testing::TempDir()) / ("lab09_template_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+TEST(Lab09Template, CheckpointsAreFoundByNameNewestLastAndTemporaryFilesIgnored) {
+  const fs::path d = scratch("names");
+  EXPECT_EQ(lab09::checkpoint_name(12), "step-00000012.pt");
+  EXPECT_TRUE(lab09::checkpoints_in(d / "missing").empty());
+  for (const char* f : {"step-00000010.pt", "step-00000002.pt", ".step-00000011.pt.tmp", "notes.txt"}) {
+    std::ofstream(d / f) << "x";
+  }
+  const auto all = lab09::checkpoints_in(d);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].filename(), "step-00000002.pt");
+  EXPECT_EQ(*lab09::latest_checkpoint(d), d / "step-00000010.pt");
+  EXPECT_EQ(*lab09::latest_checkpoint(d / "step-00000002.pt"), d / "step-00000002.pt");  // a file: itself
+  EXPECT_FALSE(lab09::latest_checkpoint(scratch("empty")).has_value());
+}
+
+TEST(Lab09Template, WarmUpRampsLinearlyToTheTarget) {
+  EXPECT_DOUBLE_EQ(lab09::warmup_lr(0.004, 0, 0), 0.004);
+  EXPECT_DOUBLE_EQ(lab09::warmup_lr(0.004, 4, 0), 0.001);
+  EXPECT_DOUBLE_EQ(lab09::warmup_lr(0.004, 4, 1), 0.002);
+  EXPECT_DOUBLE_EQ(lab09::warmup_lr(0.004, 4, 3), 0.004);
+  EXPECT_DOUBLE_EQ(lab09::warmup_lr(0.004, 4, 9), 0.004);
+}
+
+TEST(Lab09Template, TheClockBillsWorldTimesWallOnTopOfTheBilledBefore) {
+  lab09::JobClock clock(4, 100.0);
+  EXPECT_GE(clock.device_seconds(), 100.0);
+  EXPECT_EQ(clock.slowest_recent_step(), 0.0);
+  for (int i = 0; i < 12; ++i) {
+    clock.begin_step();
+    clock.end_step();
+  }
+  EXPECT_GE(clock.slowest_recent_step(), 0.0);
+  EXPECT_LT(clock.device_seconds(), 100.0 + 4 * 60.0);  // well under a minute of this test's wall time
+}
+
+TEST(Lab09Template, EveryRankStopsForSigtermBeforeTheBudget) {
+  ddplab::dist::Loopback comm;
+  EXPECT_EQ(lab09::agree_to_stop(comm, false, false), "");
+  EXPECT_EQ(lab09::agree_to_stop(comm, false, true), "budget");
+  EXPECT_EQ(lab09::agree_to_stop(comm, true, true), "SIGTERM");
+}
+
+TEST(Lab09Template, Fp16IsRefusedOffCuda) {
+  lab09::Settings s;
+  EXPECT_NO_THROW(lab09::check_precision(s, torch::kCPU));
+  s.precision = "fp16";
+  EXPECT_TRUE(s.fp16());
+  EXPECT_EQ(s.low(), torch::kHalf);
+  EXPECT_THROW(lab09::check_precision(s, torch::kCPU), ddplab::ConfigError);
+}
+
+}  // namespace
