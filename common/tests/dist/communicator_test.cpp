@@ -272,24 +272,31 @@ TEST(ProcessGroup, GlooIoThreadRunsAtIdlePrioritySoItsPollingNeverTakesACore) {
   // takes a core from the thread it waits for (docs/concepts/gradient-sync.md, "Why Gloo is slow").
   const int before = idle_threads_in_process();  // a group of an earlier test may not have joined its loop yet
   std::atomic<int> seen{0};
-  run_ranks(2, [&](ProcessGroup& pg) {
-    EXPECT_EQ(pg.idle_io_threads(), 1) << "rank " << pg.rank() << ": one device, one I/O thread";
-    pg.barrier();  // both groups exist
-    seen = std::max(seen.load(), idle_threads_in_process());
-    torch::Tensor t = torch::ones({4});
-    pg.allreduce(t);
-    EXPECT_TRUE(torch::equal(t, torch::full({4}, 2.0)));
-    pg.barrier();
-  });
+  const auto timeout = std::chrono::seconds(30);
+  run_ranks(
+      2,
+      [&](ProcessGroup& pg) {
+        EXPECT_EQ(pg.idle_io_threads(), 1) << "rank " << pg.rank() << ": one device, one I/O thread";
+        pg.barrier();  // both groups exist
+        seen = std::max(seen.load(), idle_threads_in_process());
+        torch::Tensor t = torch::ones({4});
+        pg.allreduce(t);
+        EXPECT_TRUE(torch::equal(t, torch::full({4}, 2.0)));
+        pg.barrier();
+      },
+      timeout, /*idle_gloo_io=*/true);  // the kit's default for a rank process
   EXPECT_EQ(seen.load(), before + 2) << "each rank's I/O thread at SCHED_IDLE, and no other thread";
 
   // DDPLAB_GLOO_IO=normal leaves the scheduling class alone (the before/after measurement).
   ::setenv("DDPLAB_GLOO_IO", "normal", 1);
-  run_ranks(2, [&](ProcessGroup& pg) {
-    EXPECT_EQ(pg.idle_io_threads(), 0);
-    pg.barrier();
-    EXPECT_LE(idle_threads_in_process(), before);
-  });
+  run_ranks(
+      2,
+      [&](ProcessGroup& pg) {
+        EXPECT_EQ(pg.idle_io_threads(), 0);
+        pg.barrier();
+        EXPECT_LE(idle_threads_in_process(), before);
+      },
+      timeout, /*idle_gloo_io=*/true);
   ::setenv("DDPLAB_GLOO_IO", "loud", 1);
   EXPECT_THROW(run_ranks(1, [](ProcessGroup&) {}), ddplab::ConfigError);
   ::unsetenv("DDPLAB_GLOO_IO");
