@@ -31,21 +31,21 @@ DeepFMImpl::DeepFMImpl(const DeepFMOptions& opts) : opts_(opts) {
   mlp = register_module("mlp", seq);
 }
 
-std::vector<torch::Tensor> DeepFMImpl::embedding_parameters() const {
+namespace {
+/// The parameters of `m` whose being a table (embedding or first_order weight) is `tables`.
+std::vector<torch::Tensor> parameters_by_role(const torch::nn::Module& m, bool tables) {
   std::vector<torch::Tensor> out;
-  for (const auto& item : named_parameters()) {
-    if (item.key().rfind("embedding.", 0) == 0 || item.key().rfind("first_order.", 0) == 0) out.push_back(item.value());
+  for (const auto& item : m.named_parameters()) {
+    const bool table = item.key().rfind("embedding.", 0) == 0 || item.key().rfind("first_order.", 0) == 0;
+    if (table == tables) out.push_back(item.value());
   }
   return out;
 }
+}  // namespace
 
-std::vector<torch::Tensor> DeepFMImpl::dense_parameters() const {
-  std::vector<torch::Tensor> out;
-  for (const auto& item : named_parameters()) {
-    if (item.key().rfind("embedding.", 0) != 0 && item.key().rfind("first_order.", 0) != 0) out.push_back(item.value());
-  }
-  return out;
-}
+std::vector<torch::Tensor> DeepFMImpl::embedding_parameters() const { return parameters_by_role(*this, true); }
+
+std::vector<torch::Tensor> DeepFMImpl::dense_parameters() const { return parameters_by_role(*this, false); }
 
 torch::Tensor DeepFMImpl::fm_interaction(const torch::Tensor& e) {
   const torch::Tensor sum = e.sum(1);

@@ -289,15 +289,6 @@ bool LabRun::attempt(const std::function<void()>& exercise) {
   }
 }
 
-bool LabRun::probe(const char* what, const std::function<void()>& exercise) {
-  try {
-    return attempt(exercise);
-  } catch (const std::exception& e) {
-    log::warn("{} fails on a probe: {}", what, e.what());
-    return true;
-  }
-}
-
 std::set<std::string> run_probes(const std::vector<Probe>& probes, ProbeContext& ctx,
                                  const std::function<void(const NotImplemented&)>& missing) {
   std::set<std::string> absent;

@@ -58,11 +58,13 @@ uint64_t cuda_peak_allocated_bytes() {
 #endif
 }
 
+int64_t bytes_of(const torch::Tensor& tensor) {
+  return tensor.defined() ? static_cast<int64_t>(tensor.numel()) * static_cast<int64_t>(tensor.element_size()) : 0;
+}
+
 int64_t bytes_of(const std::vector<torch::Tensor>& tensors) {
   int64_t n = 0;
-  for (const auto& t : tensors) {
-    if (t.defined()) n += t.numel() * static_cast<int64_t>(t.element_size());
-  }
+  for (const auto& t : tensors) n += bytes_of(t);
   return n;
 }
 

@@ -35,7 +35,7 @@ StepTimer::StepTimer() = default;
 void StepTimer::add(Phase p, double seconds) {
   DDPLAB_CHECK(p != Phase::kCount, "StepTimer::add: not a phase");
   totals_[static_cast<int>(p)] += seconds;
-  if (in_step_) current_[static_cast<int>(p)] += seconds;
+  if (in_step_) open_.phases[static_cast<int>(p)] += seconds;
 }
 
 void StepTimer::record(Phase p, Clock::time_point start, Clock::time_point end) {
@@ -45,11 +45,6 @@ void StepTimer::record(Phase p, Clock::time_point start, Clock::time_point end) 
   open_.ended[i] = std::max(open_.ended[i], end);
 }
 
-double StepTimer::StepRecord::since_began(Phase p, Clock::time_point t) const {
-  if (!entered(p)) return 0.0;
-  return std::chrono::duration<double>(began[static_cast<int>(p)] - t).count();
-}
-
 void StepTimer::begin_step() {
   step_start_ = Clock::now();
   if (!started_) {
@@ -57,7 +52,6 @@ void StepTimer::begin_step() {
     started_ = true;
   }
   in_step_ = true;
-  current_.fill(0.0);
   open_ = StepRecord{};
   open_.start = step_start_;
   if (trace_ != nullptr) trace_->begin_step(step_start_);
@@ -73,10 +67,9 @@ void StepTimer::end_step() {
   sync();
   last_end_ = Clock::now();
   steps_.push_back(std::chrono::duration<double>(last_end_ - step_start_).count());
-  step_phases_.push_back(current_);
+  step_phases_.push_back(open_.phases);
   open_.end = last_end_;
   open_.seconds = steps_.back();
-  open_.phases = current_;
   last_ = open_;
   in_step_ = false;
   if (trace_ != nullptr) trace_->end_step(last_end_);
@@ -101,7 +94,6 @@ std::vector<double> StepTimer::phase_per_step(Phase p) const {
 
 void StepTimer::reset() {
   totals_.fill(0.0);
-  current_.fill(0.0);
   steps_.clear();
   step_phases_.clear();
   open_ = last_ = StepRecord{};

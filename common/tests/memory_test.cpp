@@ -12,7 +12,9 @@ namespace {
 using ddplab::memory::Tracker;
 
 TEST(MemoryBytes, CountsDefinedTensorsByTheirElementSize) {
-  EXPECT_EQ(ddplab::memory::bytes_of({}), 0);
+  EXPECT_EQ(ddplab::memory::bytes_of(std::vector<torch::Tensor>{}), 0);
+  EXPECT_EQ(ddplab::memory::bytes_of(torch::Tensor()), 0);
+  EXPECT_EQ(ddplab::memory::bytes_of(torch::zeros({3, 4}, torch::kFloat64)), 96);
   EXPECT_EQ(ddplab::memory::bytes_of({torch::zeros({3, 4}), torch::Tensor(), torch::zeros({5}, torch::kInt64),
                                       torch::zeros({2}, torch::kBFloat16)}),
             48 + 40 + 4);

@@ -243,14 +243,12 @@ double Checkpointer::full_write_seconds() const {
 
 JobClock::JobClock(int world, double billed_before) : world_(world), before_(billed_before), start_(Clock::now()) {}
 
-double JobClock::device_seconds() const {
-  return before_ + world_ * std::chrono::duration<double>(Clock::now() - start_).count();
-}
+double JobClock::device_seconds() const { return before_ + world_ * ddplab::seconds_since(start_); }
 
 void JobClock::begin_step() { step_start_ = Clock::now(); }
 
 void JobClock::end_step() {
-  recent_.push_back(std::chrono::duration<double>(Clock::now() - step_start_).count());
+  recent_.push_back(ddplab::seconds_since(step_start_));
   if (recent_.size() > 10) recent_.pop_front();
 }
 

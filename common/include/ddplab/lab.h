@@ -201,10 +201,6 @@ class LabRun {
   /// Runs `exercise` (code that calls the student's functions). If a stub throws NotImplemented,
   /// records it and returns false, so the driver can carry on without that exercise.
   bool attempt(const std::function<void()>& exercise);
-  /// attempt() for a probe that tries an exercise once on something tiny before training: a stub
-  /// is recorded (returns false); any other error is logged as a warning naming `what` and the
-  /// exercise counts as present (returns true), so that training meets the error again.
-  bool probe(const char* what, const std::function<void()>& exercise);
   /// Runs the program's probes (LabProgram::probe; ddplab::run_probes) on a world of one and the
   /// run's device, recording missing exercises as not attempted. run_lab calls it before the body.
   void run_probes(const std::vector<Probe>& probes);

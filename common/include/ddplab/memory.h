@@ -18,7 +18,10 @@ uint64_t current_rss_bytes();
 /// Peak bytes allocated by LibTorch's CUDA caching allocator on the current device; 0 on a
 /// CPU-only build or when CUDA is not in use.
 uint64_t cuda_peak_allocated_bytes();
-/// Bytes of the defined tensors among `tensors` (numel x element size; undefined ones count 0).
+/// Bytes of a tensor's elements (numel x element size; 0 for an undefined tensor): a collective's
+/// payload, a bucket's share, a parameter's size.
+int64_t bytes_of(const torch::Tensor& tensor);
+/// Bytes of the defined tensors among `tensors`.
 int64_t bytes_of(const std::vector<torch::Tensor>& tensors);
 
 /// "512.0 MiB" style.

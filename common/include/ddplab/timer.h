@@ -40,8 +40,6 @@ class StepTimer {
     double phase(Phase p) const { return phases[static_cast<int>(p)]; }
     /// Whether the step entered phase `p`.
     bool entered(Phase p) const { return began[static_cast<int>(p)] != Clock::time_point{}; }
-    /// Seconds from `t` to the start of phase `p` (negative: `t` is after it); 0 if not entered.
-    double since_began(Phase p, Clock::time_point t) const;
   };
 
   /// RAII scope: time from construction to destruction is added to one phase.
@@ -99,10 +97,9 @@ class StepTimer {
   }
   void record(Phase p, Clock::time_point start, Clock::time_point end);
   std::array<double, kNumPhases> totals_{};
-  std::array<double, kNumPhases> current_{};  ///< the step begun last, so far
   std::vector<double> steps_;
   std::vector<std::array<double, kNumPhases>> step_phases_;
-  StepRecord open_, last_;  ///< the step begun last (so far) and the one closed last
+  StepRecord open_, last_;  ///< the step begun last (its phases so far) and the one closed last
   Clock::time_point first_{}, step_start_{}, last_end_{};
   bool started_ = false, in_step_ = false;
   std::function<void()> sync_;

@@ -14,15 +14,12 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "ddplab/error.h"
+#include "ddplab/memory.h"
 #include "ddplab/fused_adam.h"
 #include "ddplab/torch_compat.h"
 
 namespace ddplab::dist {
 namespace {
-
-int64_t nbytes(const torch::Tensor& t) {
-  return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
-}
 
 void check_dense(const torch::Tensor& grad, size_t index) {
   DDPLAB_CHECK(grad.layout() == torch::kStrided,
@@ -76,7 +73,7 @@ std::vector<Bucket> assign_buckets(const std::vector<torch::Tensor>& params, con
   auto cap = [&] { return buckets.empty() ? opts.first_bucket_bytes : opts.bucket_cap_bytes; };
   for (size_t k = params.size(); k-- > 0;) {
     const torch::Tensor& p = params[k];
-    const int64_t bytes = nbytes(p);
+    const int64_t bytes = memory::bytes_of(p);
     const bool fits = current.bytes + bytes <= cap() && p.scalar_type() == dtype && p.device() == device;
     if (!current.params.empty() && !fits) {
       buckets.push_back(std::move(current));
@@ -148,7 +145,8 @@ void average_rows_(torch::Tensor& grad, const torch::Tensor& rows, int world) {
 
 std::vector<Bucket> one_bucket_per_param(const std::vector<torch::Tensor>& params) {
   std::vector<Bucket> buckets;
-  for (size_t i = 0; i < params.size(); ++i) buckets.push_back(Bucket{{i}, params[i].numel(), nbytes(params[i])});
+  for (size_t i = 0; i < params.size(); ++i)
+    buckets.push_back(Bucket{{i}, params[i].numel(), memory::bytes_of(params[i])});
   return buckets;
 }
 
@@ -403,7 +401,7 @@ class SparseSync final : public GradSync {
     std::vector<Bucket> tables;
     for (size_t i = 0; i < params.size(); ++i) {
       if (is_table(params[i], opts)) {
-        tables.push_back(Bucket{{i}, params[i].numel(), nbytes(params[i])});
+        tables.push_back(Bucket{{i}, params[i].numel(), memory::bytes_of(params[i])});
       } else {
         dense.push_back(params[i]);
         dense_index.push_back(i);

@@ -25,6 +25,7 @@
 
 #include "ddplab/config.h"
 #include "ddplab/error.h"
+#include "ddplab/memory.h"
 #include "ddplab/log.h"
 #include "mpi_backend.h"
 
@@ -38,10 +39,6 @@
 
 namespace ddplab::dist {
 namespace {
-
-int64_t nbytes(const torch::Tensor& t) {
-  return static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
-}
 
 // Gloo writes to its peers' sockets without MSG_NOSIGNAL, so when a peer goes away (it failed, or
 // finished first) the next write raises SIGPIPE and kills the process before Gloo can report the
@@ -392,7 +389,7 @@ void ProcessGroup::unstage(torch::Tensor& t, const torch::Tensor& on_device) {
 }
 
 void ProcessGroup::allreduce(torch::Tensor& t) {
-  Recorder r(*this, Op::kAllreduce, nbytes(t));
+  Recorder r(*this, Op::kAllreduce, memory::bytes_of(t));
   note_entered(Op::kAllreduce, stats_.sequence, stats_.last_bytes);
   std::vector<at::Tensor> v{staged(t)};
   wait(backend_->allreduce(v), Op::kAllreduce);
@@ -445,7 +442,7 @@ class ProcessGroup::AsyncWork final : public Pending {
 };
 
 std::shared_ptr<Pending> ProcessGroup::allreduce_async(torch::Tensor& t) {
-  const int64_t bytes = nbytes(t);
+  const int64_t bytes = memory::bytes_of(t);
   const int64_t sequence = record_start(Op::kAllreduce, bytes);
   note_entered(Op::kAllreduce, sequence, bytes);
   trace::Recorder* tr = tracer();
@@ -457,7 +454,7 @@ std::shared_ptr<Pending> ProcessGroup::allreduce_async(torch::Tensor& t) {
 }
 
 void ProcessGroup::broadcast(torch::Tensor& t, int root) {
-  Recorder r(*this, Op::kBroadcast, nbytes(t));
+  Recorder r(*this, Op::kBroadcast, memory::bytes_of(t));
   note_entered(Op::kBroadcast, stats_.sequence, stats_.last_bytes);
   std::vector<at::Tensor> v{staged(t)};
   c10d::BroadcastOptions o;
@@ -469,7 +466,7 @@ void ProcessGroup::broadcast(torch::Tensor& t, int root) {
 void ProcessGroup::allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) {
   DDPLAB_CHECK(static_cast<int>(out.size()) == size_,
                fmt::format("allgather: {} output tensors for {} ranks", out.size(), size_));
-  Recorder r(*this, Op::kAllgather, nbytes(in));
+  Recorder r(*this, Op::kAllgather, memory::bytes_of(in));
   note_entered(Op::kAllgather, stats_.sequence, stats_.last_bytes);
   std::vector<std::vector<at::Tensor>> o(1);
   for (const auto& t : out) o[0].push_back(staged(t));
@@ -481,7 +478,7 @@ void ProcessGroup::allgather(std::vector<torch::Tensor>& out, const torch::Tenso
 void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in) {
   DDPLAB_CHECK(in.size(0) % size_ == 0,
                fmt::format("all_to_all: dim 0 ({}) is not divisible by {} ranks", in.size(0), size_));
-  Recorder r(*this, Op::kAllToAll, nbytes(in));
+  Recorder r(*this, Op::kAllToAll, memory::bytes_of(in));
   note_entered(Op::kAllToAll, stats_.sequence, stats_.last_bytes);
   at::Tensor i = staged(in), o = staged(out);
   std::vector<int64_t> equal;  // empty split sizes: equal chunks
@@ -505,7 +502,7 @@ void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in, const
   };
   check(in_splits, in, "input");
   check(out_splits, out, "output");
-  Recorder r(*this, Op::kAllToAll, nbytes(in));
+  Recorder r(*this, Op::kAllToAll, memory::bytes_of(in));
   note_entered(Op::kAllToAll, stats_.sequence, stats_.last_bytes);
   at::Tensor i = staged(in), o = staged(out);
   std::vector<int64_t> o_splits = out_splits, i_splits = in_splits;
@@ -514,14 +511,14 @@ void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in, const
 }
 
 void ProcessGroup::send(const torch::Tensor& t, int dst, int tag) {
-  Recorder r(*this, Op::kSend, nbytes(t));
+  Recorder r(*this, Op::kSend, memory::bytes_of(t));
   note_entered(Op::kSend, stats_.sequence, stats_.last_bytes);
   std::vector<at::Tensor> v{staged(t)};
   wait(backend_->send(v, dst, tag), Op::kSend);
 }
 
 void ProcessGroup::recv(torch::Tensor& t, int src, int tag) {
-  Recorder r(*this, Op::kRecv, nbytes(t));
+  Recorder r(*this, Op::kRecv, memory::bytes_of(t));
   note_entered(Op::kRecv, stats_.sequence, stats_.last_bytes);
   std::vector<at::Tensor> v{staged(t)};
   wait(backend_->recv(v, src, tag), Op::kRecv);

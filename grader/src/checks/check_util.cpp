@@ -205,23 +205,29 @@ std::vector<json> reports(const RunOutcome& run) {
   return out;
 }
 
-const json& field_node(const json& rep, const std::string& path, int rank) {
-  const json* j = &rep;
+const json* find_field(const json& node, const std::string& path) {
+  const json* j = &node;
   std::istringstream in(path);
   std::string key;
   while (std::getline(in, key, '.')) {
     if (j->is_array()) {
       const bool digits = !key.empty() && std::all_of(key.begin(), key.end(), ::isdigit);
-      if (!digits || std::stoul(key) >= j->size()) throw Error(fmt::format("rank {}'s report has no {}", rank, path));
+      if (!digits || std::stoul(key) >= j->size()) return nullptr;
       j = &(*j)[std::stoul(key)];
     } else if (j->is_object()) {
       const auto it = j->find(key);
-      if (it == j->end()) throw Error(fmt::format("rank {}'s report has no {}", rank, path));
+      if (it == j->end()) return nullptr;
       j = &*it;
     } else {
-      throw Error(fmt::format("rank {}'s report has no {}", rank, path));
+      return nullptr;
     }
   }
+  return j;
+}
+
+const json& field_node(const json& rep, const std::string& path, int rank) {
+  const json* j = find_field(rep, path);
+  if (j == nullptr) throw Error(fmt::format("rank {}'s report has no {}", rank, path));
   return *j;
 }
 

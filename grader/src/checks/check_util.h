@@ -60,6 +60,9 @@ std::vector<json> reports(const RunOutcome& run);
 /// with the overlapping-scopes diagnosis, and returns false.
 bool phase_timers_consistent(const std::vector<json>& reps, CheckResult& r);
 
+/// The node at a dotted path into `node` ("phases.wall", "epochs.0.samples": object keys and array
+/// indices), or nullptr where there is none.
+const json* find_field(const json& node, const std::string& path);
 /// A report field the grader needs ("phases.wall", "epochs.0.samples"); a missing or mistyped one
 /// throws Error (the check then fails: the outputs are malformed).
 const json& field_node(const json& rep, const std::string& path, int rank);

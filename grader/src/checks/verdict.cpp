@@ -3,7 +3,6 @@
 // The grader reads the record, not the printed sentence, so rewording a line never moves a grade;
 // `output` stays for what only the printed text shows (an error path's message).
 #include <cmath>
-#include <sstream>
 
 #include "check_util.h"
 
@@ -19,23 +18,6 @@ std::pair<std::string, json> parse_expected(const std::string& entry) {
   } catch (const std::exception&) {
     return {"", json()};
   }
-}
-
-/// The figure at a dotted path ("dense.base_lr", "group_sizes.2"), or nullptr.
-const json* figure_at(const json& figures, const std::string& path) {
-  const json* j = &figures;
-  std::stringstream ss(path);
-  for (std::string key; std::getline(ss, key, '.');) {
-    if (j->is_object() && j->contains(key)) {
-      j = &(*j)[key];
-    } else if (j->is_array() && !key.empty() && key.find_first_not_of("0123456789") == std::string::npos &&
-               std::stoul(key) < j->size()) {
-      j = &(*j)[std::stoul(key)];
-    } else {
-      return nullptr;
-    }
-  }
-  return j;
 }
 
 /// Equal as figures: numbers within a relative 1e-6 (what a printed %g shows), the rest exactly.
@@ -84,7 +66,7 @@ void check_verdict(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
     const json figures = one.value("figures", json::object());
     for (const auto& entry : c.texts("figures")) {
       const auto [path, want] = parse_expected(entry);
-      const json* got = figure_at(figures, path);
+      const json* got = find_field(figures, path);
       if (got == nullptr || !same_figure(*got, want)) {
         fail(r,
              fmt::format("run '{}', rank {}: {} is {}, not {} ({})", c.runs[0], k, path,
