@@ -13,25 +13,20 @@
 #include <fmt/ranges.h>
 
 #include "ddplab/error.h"
+#include "harness_parts.h"
 
 namespace fs = std::filesystem;
 
 namespace ddplab::grader {
 namespace {
 
+using parts::read_text;
+
 const std::regex kBegin(R"(^\s*// BEGIN STUDENT CODE \((\d\d\.\d+): ([^)]+)\)\s*$)");
 const std::regex kEnd(R"(^\s*// END STUDENT CODE\s*$)");
 // A line that tries to be a marker (so a typo is an error, not silently student-editable text).
 const std::regex kBeginAttempt(R"(^\s*//\s*BEGIN\s+STUDENT\s+CODE.*)");
 const std::regex kEndAttempt(R"(^\s*//\s*END\s+STUDENT\s+CODE.*)");
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("cannot read {}", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;

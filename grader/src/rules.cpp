@@ -13,19 +13,14 @@
 #include "ddplab/error.h"
 #include "ddplab/grader/regions.h"
 #include "ddplab/launch.h"
+#include "harness_parts.h"
 
 namespace fs = std::filesystem;
 
 namespace ddplab::grader {
 namespace {
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error(fmt::format("cannot read {}", p.string()));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using parts::read_text;
 
 std::string rstrip(const std::string& s) {
   size_t n = s.size();

@@ -1,0 +1,95 @@
+// Exercise status: what a check's result says of its exercise once the runs are graded — a call
+// the spec forbids fails it, an edited exercise is never "not attempted" (it is half done, or
+// waits on one it builds on), and a failure sends the student to an earlier exercise first.
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "harness_parts.h"
+
+namespace ddplab::grader {
+
+namespace parts {
+
+const ExerciseProgress* edited(const Progress& progress, const std::string& exercise) {
+  const auto it = progress.find(exercise);
+  return it != progress.end() && it->second.edited > 0 ? &it->second : nullptr;
+}
+
+void add_once(std::vector<std::string>& list, const std::string& exercise) {
+  if (std::find(list.begin(), list.end(), exercise) == list.end()) list.push_back(exercise);
+}
+
+void apply_forbidden(const std::vector<ForbiddenCall>& forbidden, CheckResult& r) {
+  std::vector<std::string> calls, symbols;
+  for (const auto& f : forbidden) {
+    if (f.exercise != r.exercise || r.exercise.empty()) continue;
+    if (std::find(calls.begin(), calls.end(), f.function) == calls.end()) calls.push_back(f.function);
+    symbols.push_back(fmt::format("{}: undefined symbol `{}`", f.file, f.symbol));
+  }
+  if (calls.empty()) return;
+  const std::string before =
+      fmt::format("Without this rule the check would be: [{}] {}", status_name(r.status), r.observed);
+  r.status = Status::kFailed;
+  r.score = 0;
+  r.observed =
+      fmt::format("exercise {} calls {}, which the lab does not allow it to call", r.exercise, fmt::join(calls, ", "));
+  r.diagnosis = fmt::format(
+      "exercise {} asks you to write what {} does: implement it with what the contract in the lab's header allows",
+      r.exercise, fmt::join(calls, ", "));
+  r.details = fmt::format("{}\n{}", fmt::join(symbols, "\n"), before);
+}
+
+void settle_attempt(const CheckSpec& c, const Progress& progress, CheckResult& r) {
+  if (r.status == Status::kNotAttempted && !r.exercise.empty() && edited(progress, r.exercise) != nullptr) {
+    // Written, but it runs an exercise it builds on that is still a stub: that one comes first.
+    for (const auto& ex : c.builds_on) {
+      const ExerciseProgress* dep = edited(progress, ex);
+      if (dep != nullptr && dep->stubs.empty()) continue;
+      r.status = Status::kFailed;
+      r.score = 0;
+      r.diagnosis =
+          fmt::format("this check also runs exercise {}, which still holds NotImplemented stubs: finish {} first", ex,
+                      ex);
+      break;
+    }
+  }
+  if (r.status == Status::kNotAttempted && !r.exercise.empty()) {
+    if (const ExerciseProgress* p = edited(progress, r.exercise)) {
+      // Half an exercise: some of its regions were written, and what it runs still reaches a stub.
+      r.status = Status::kFailed;
+      r.score = 0;
+      r.diagnosis =
+          p->stubs.empty()
+              ? fmt::format("exercise {} was edited but its code still throws ddplab::NotImplemented", r.exercise)
+              : fmt::format(
+                    "exercise {} is half done: {} of its regions still hold the NotImplemented stub ({}); "
+                    "the checks reach it",
+                    r.exercise, p->stubs.size(), fmt::join(p->stubs, ", "));
+    }
+  }
+}
+
+}  // namespace parts
+
+void blame_earlier_exercises(const LabSpec& spec, std::vector<CheckResult>& checks) {
+  for (CheckResult& r : checks) {
+    const auto c =
+        std::find_if(spec.checks.begin(), spec.checks.end(), [&](const CheckSpec& x) { return x.id == r.id; });
+    if (r.status != Status::kFailed || c == spec.checks.end()) continue;
+    for (const auto& ex : c->builds_on) {
+      if (r.diagnosis.find(fmt::format("finish {} first", ex)) != std::string::npos) break;  // said already
+      const auto failed = std::find_if(checks.begin(), checks.end(), [&](const CheckResult& c) {
+        return c.exercise == ex && (c.status == Status::kFailed || c.status == Status::kNotAttempted);
+      });
+      if (failed == checks.end()) continue;
+      r.diagnosis = fmt::format(
+          "this check also runs your {} code, and {}'s check '{}' fails too: fix exercise {} first, then this one; {}",
+          ex, ex, failed->name, ex, r.diagnosis);
+      break;
+    }
+  }
+}
+
+}  // namespace ddplab::grader
