@@ -90,6 +90,11 @@ void OverlapSync::on_ready(size_t i) {
                            "gradient's accumulation into .grad() (a tensor hook?); use a post hook on its gradient "
                            "accumulator (04.2)",
                            i));
+  DDPLAB_CHECK(!armed_ || !pending_[bucket_of_[i]],
+               fmt::format("parameter {}'s gradient arrived after its bucket {} was launched: the bucket's allreduce "
+                           "started before all its gradients were packed, and reads (or has summed) a slot still to "
+                           "be written; launch a bucket when its last gradient is in (04.2)",
+                           i, bucket_of_[i]));
   // BEGIN STUDENT CODE (04.2: pack a ready gradient, launch the complete buckets in order)
   throw ddplab::NotImplemented("04.2", "OverlapSync::on_ready: pack, then launch complete buckets in order");
   // END STUDENT CODE
