@@ -1,11 +1,13 @@
 cmake_policy(VERSION 3.22)
-# A new lab is its folders plus one list entry: copies the kit's sources, adds a throw-away lab
-# (labs/lab99_demo/ and solutions/lab99_demo/, with a runs.cmake and a planted bug) and the one
-# line `ddplab_add_lab(lab99_demo)`, configures the copy, and checks that everything the kit
-# derives from the folder is there: the program, its tests and both trees' targets, the
-# submission slot, the grader's target map, the whole-program, flags-table and planted-bug tests.
-# Only configured (compiling the copy would rebuild the whole kit); the real labs are compiled
-# from the same ddplab_add_lab().
+# A new lab is its folders plus one list entry, as docs/concepts/adding-a-lab.md walks through it:
+# copies the kit's sources, writes every block of that page marked `<!-- new-lab: PATH -->` to
+# PATH in the copy (`new-lab-append` appends: the one line of labs/CMakeLists.txt), configures the
+# copy and checks that everything the kit derives from the folder is there: the program, its tests
+# and both trees' targets, the submission slot, the grader's target map, the whole-program,
+# flags-table, driver-budget and planted-bug tests. Then it compiles the lab's own sources (both
+# trees' student files, kit, driver, public and kit tests) against the kit's headers and runs the
+# driver-budget test. Not linked or run: that would rebuild the whole kit in the copy; the real
+# labs are built, run and graded from the same ddplab_add_lab().
 #   -DSRC=<kit source>  -DWORK=<scratch folder>  -DCONFIGURE=<-Dvar=value|...> (the calling build's
 #   LibTorch and compiler, '|'-separated)
 file(REMOVE_RECURSE ${WORK})
@@ -14,23 +16,49 @@ set(kit ${WORK}/kit)
 file(COPY ${SRC}/ DESTINATION ${kit}
      REGEX "^${SRC}/(build|data|runs|grade-results|\\.git)(/|$)" EXCLUDE)
 
-set(lab ${kit}/labs/lab99_demo)
-file(WRITE ${lab}/README.md "# Lab 99 — a throw-away lab\n\n- **99.1 double** — `twice(x)`: return 2x.\n")
-file(WRITE ${lab}/lab99.h "// Lab 99 (throw-away): the student's function.\n#pragma once\nnamespace lab99 {\n/// Exercise 99.1: returns 2 * x.\nint twice(int x);\n}  // namespace lab99\n")
-set(skeleton "// Lab 99: exercise 99.1.\n#include \"lab99.h\"\n#include \"ddplab/error.h\"\nnamespace lab99 {\nint twice(int x) {\n  // BEGIN STUDENT CODE (99.1: double)\n  @BODY@\n  // END STUDENT CODE\n}\n}  // namespace lab99\n")
-string(REPLACE "@BODY@" "(void)x;\n  throw ddplab::NotImplemented(\"99.1\", \"return 2 * x\");" text "${skeleton}")
-file(WRITE ${lab}/lab99_student.cpp "${text}")
-string(REPLACE "@BODY@" "return 2 * x;" text "${skeleton}")
-file(WRITE ${kit}/solutions/lab99_demo/lab99_student.cpp "${text}")
-file(WRITE ${lab}/main.cpp "// Lab 99 driver.\n#include \"lab99.h\"\n#include \"ddplab/lab.h\"\nint main(int argc, char** argv) {\n  ddplab::LabProgram p;\n  p.name = DDPLAB_LAB_NAME;\n  p.body = [](ddplab::LabRun& run) { run.attempt([] { (void)lab99::twice(1); }); };\n  return ddplab::run_lab(p, argc, argv);\n}\n")
-file(WRITE ${lab}/tests/lab99_test.cpp "#include <gtest/gtest.h>\n#include \"lab99.h\"\nTEST(Lab99, Twice) { EXPECT_EQ(lab99::twice(3), 6); }\n")
-file(WRITE ${lab}/tests/runs.cmake "if(LAB_TREE STREQUAL \"solutions\")\n  ddplab_lab_run(run ARGS --max-steps 1 EQ status=ok)\nelse()\n  ddplab_skeleton_run(skeleton_run EXERCISES 99.1 ARGS --max-steps 1)\nendif()\n")
-file(WRITE ${lab}/grade.toml "[lab]\ntitle = \"Lab 99 — a throw-away lab\"\n\n[[check]]\nid = \"twice\"\nkind = \"unit_tests\"\nname = \"twice doubles\"\nexercise = \"99.1\"\npoints = 100\nfilter = \"Lab99.*\"\n")
-file(WRITE ${lab}/planted/halves/find.txt "return 2 * x;")
-file(WRITE ${lab}/planted/halves/replace.txt "return x / 2;")
-file(WRITE ${lab}/planted/halves/expect.toml "file = \"lab99_student.cpp\"\ncheck = \"twice\"\ndiagnosis = \"twice\"\n")
-# The one line.
-file(APPEND ${kit}/labs/CMakeLists.txt "ddplab_add_lab(lab99_demo)\n")
+# The page's blocks. Its text stays one string (never a CMake list: C++ has semicolons).
+set(page ${SRC}/docs/concepts/adding-a-lab.md)
+file(READ ${page} doc)
+set(written "")
+while(TRUE)
+  string(FIND "${doc}" "<!-- new-lab" at)
+  if(at EQUAL -1)
+    break()
+  endif()
+  string(SUBSTRING "${doc}" ${at} -1 doc)
+  string(FIND "${doc}" "-->" end)
+  string(SUBSTRING "${doc}" 0 ${end} marker)
+  if(NOT marker MATCHES "^<!-- new-lab(-append)?: ([^ ]+) *$")
+    message(FATAL_ERROR "${page}: a malformed marker '${marker}-->' (<!-- new-lab: PATH --> or <!-- new-lab-append: PATH -->)")
+  endif()
+  set(append "${CMAKE_MATCH_1}")
+  set(path "${CMAKE_MATCH_2}")
+  # The fenced block after the marker: from the line after its opening fence to its closing one.
+  string(FIND "${doc}" "\n```" open)
+  math(EXPR open "${open} + 4")
+  string(SUBSTRING "${doc}" ${open} -1 doc)
+  string(FIND "${doc}" "\n" eol)
+  math(EXPR eol "${eol} + 1")
+  string(SUBSTRING "${doc}" ${eol} -1 doc)
+  string(FIND "${doc}" "\n```" close)
+  if(close EQUAL -1)
+    message(FATAL_ERROR "${page}: the block of ${path} is not closed")
+  endif()
+  math(EXPR close "${close} + 1")
+  string(SUBSTRING "${doc}" 0 ${close} body)
+  string(SUBSTRING "${doc}" ${close} -1 doc)
+  if(append)
+    file(APPEND ${kit}/${path} "${body}")
+  else()
+    file(WRITE ${kit}/${path} "${body}")
+  endif()
+  list(APPEND written ${path})
+endwhile()
+foreach(p labs/lab99_demo/main.cpp labs/lab99_demo/grade.toml solutions/lab99_demo/lab99_student.cpp labs/CMakeLists.txt)
+  if(NOT p IN_LIST written)
+    message(FATAL_ERROR "${page} gives no block for ${p} (written: ${written})")
+  endif()
+endforeach()
 
 string(REPLACE "|" ";" configure "${CONFIGURE}")
 string(REPLACE "<semicolon>" "\\;" configure "${configure}")  # a value's own list, one argument still
@@ -42,14 +70,15 @@ if(NOT rc EQUAL 0)
 endif()
 
 execute_process(COMMAND ninja -C ${WORK}/build -t targets all OUTPUT_VARIABLE targets RESULT_VARIABLE rc)
-foreach(t lab99_demo lab99_demo_tests lab99_demo_labs lab99_demo_tests_labs lab99_demo_submission)
+foreach(t lab99_demo lab99_demo_tests lab99_demo_labs lab99_demo_tests_labs lab99_demo_submission lab99_demo_kit_tests)
   if(NOT targets MATCHES "(^|\n)${t}: ")
     message(SEND_ERROR "no target ${t} for the new lab")
   endif()
 endforeach()
 execute_process(COMMAND ${CMAKE_CTEST_COMMAND} -N WORKING_DIRECTORY ${WORK}/build OUTPUT_VARIABLE tests)
-foreach(t lab99_demo.run lab99_demo_labs.skeleton_run lab99_demo_tests lab99_demo_tests_labs.skeleton_not_attempted
-          docs.flags_table_lab99_demo grade.planted.lab99_demo.halves)
+foreach(t lab99_demo.ranks_2 lab99_demo_labs.skeleton_run lab99_demo_tests lab99_demo_tests_labs.skeleton_not_attempted
+          lab99_demo_kit_tests docs.flags_table_lab99_demo kit.driver_is_the_lesson_lab99_demo
+          grade.planted.lab99_demo.ignores_world)
   string(REPLACE "." "\\." re "${t}")
   if(NOT tests MATCHES ": ${re}\n")
     message(SEND_ERROR "no test ${t} for the new lab; ctest -N lists:\n${tests}")
@@ -59,4 +88,25 @@ file(READ ${WORK}/build/grader/targets.json map)
 if(NOT map MATCHES "\"lab99_demo/solutions\"" OR NOT map MATCHES "\"lab99_demo/submission\"")
   message(SEND_ERROR "grader/targets.json does not map the new lab:\n${map}")
 endif()
-message(STATUS "a new lab from one folder and one line: targets, tests and the grader's map are all there")
+
+# The lab's own code compiles against the kit's headers: its object files only, not its targets
+# (a library or program would wait for the kit's libraries, rebuilt in the copy).
+string(REGEX MATCHALL "[^\n]*/lab99_demo_(student|student_labs|kit|driver|test_objects|kit_tests)\\.dir/[^\n]*\\.o: "
+       objects "${targets}")
+list(TRANSFORM objects REPLACE ": $" "")
+list(LENGTH objects n)
+if(n LESS 6)  # both trees' student files, kit, driver, public and kit tests
+  message(SEND_ERROR "expected the objects of the lab's student files, kit, driver and tests; found ${n}: ${objects}")
+endif()
+list(FILTER objects EXCLUDE REGEX "_student_submission\\.dir/")  # the slot is empty until a grading
+execute_process(COMMAND ninja -C ${WORK}/build ${objects} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the walk-through's lab does not compile (${page}):\n${out}${err}")
+endif()
+execute_process(COMMAND ${CMAKE_CTEST_COMMAND} -R "^kit\\.driver_is_the_lesson_lab99_demo$" --output-on-failure
+                WORKING_DIRECTORY ${WORK}/build RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the walk-through's driver breaks the driver budget:\n${out}${err}")
+endif()
+message(STATUS "a new lab from one folder and one line, as ${page} has it: targets, tests and the grader's map are "
+               "all there, its code compiles and its driver keeps the budget")

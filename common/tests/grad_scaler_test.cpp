@@ -8,7 +8,7 @@
 
 #include "ddplab/error.h"
 #include "ddplab/dist/process_group.h"
-#include "dist/thread_ranks.h"
+#include "thread_ranks.h"
 
 namespace ddplab::amp {
 namespace {

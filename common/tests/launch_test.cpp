@@ -27,6 +27,7 @@
 #include <gtest/gtest.h>
 
 #include "ddplab/error.h"
+#include "scratch_dir.h"
 
 #ifndef DDPLAB_LAUNCH_HELPER
 #error "DDPLAB_LAUNCH_HELPER must name the launch_helper executable"
@@ -74,19 +75,7 @@ LaunchSpec helper_job(int nproc, std::vector<std::string> actions) {
 }
 
 /// A fresh directory per test, removed afterwards.
-class LaunchTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("ddplab_launch_test_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
-};
+class LaunchTest : public ddplab::testing::ScratchTest {};
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 

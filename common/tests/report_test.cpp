@@ -13,17 +13,11 @@
 #include <gtest/gtest.h>
 
 #include "ddplab/error.h"
+#include "scratch_dir.h"
 
 namespace fs = std::filesystem;
 
 namespace {
-
-fs::path temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("ddplab_report_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
 TEST(RunReport, AVerdictIsRecordedOnceUnderItsIdAndABadIdIsRefused) {
   ddplab::RunReport r("lab04_grad_sync", 1, 2);
@@ -143,7 +137,8 @@ TEST(ParameterDigest, EqualForEqualWeightsDifferentAfterAnyChange) {
 }
 
 TEST(RunReport, WritesVersionedReportAtomicallyAndLoadsIt) {
-  const fs::path dir = temp_dir("write");
+  const ddplab::testing::ScratchDir scratch;
+  const fs::path dir = scratch.dir();
   ddplab::RunReport r("lab01", 1, 2);
   r.set_config({{"batch", 512}});
   r.add_step(0, 0.7);
@@ -187,7 +182,6 @@ TEST(RunReport, WritesVersionedReportAtomicallyAndLoadsIt) {
   EXPECT_DOUBLE_EQ(j["phases"]["step_medians"]["forward"].get<double>(), 0.0);      // outside every step
   EXPECT_EQ(j["not_attempted"], nlohmann::json::array({"01.2"}));
   EXPECT_GT(j["memory"]["peak_rss_bytes"].get<uint64_t>(), 0u);
-  fs::remove_all(dir);
 }
 
 TEST(RunReport, SaysWhichCoresTheRankHad) {
@@ -209,7 +203,8 @@ TEST(RunReport, SaysWhichCoresTheRankHad) {
 }
 
 TEST(RunReport, LoadRejectsGarbageWrongSchemaAndVersion) {
-  const fs::path dir = temp_dir("load");
+  const ddplab::testing::ScratchDir scratch;
+  const fs::path dir = scratch.dir();
   auto write = [&](const std::string& name, const std::string& text) {
     std::ofstream(dir / name) << text;
     return (dir / name).string();
@@ -228,11 +223,11 @@ TEST(RunReport, LoadRejectsGarbageWrongSchemaAndVersion) {
     EXPECT_NE(std::string(e.what()).find("has version 9"), std::string::npos) << e.what();
   }
   EXPECT_THROW(ddplab::RunReport::load((dir / "missing.json").string()), ddplab::Error);
-  fs::remove_all(dir);
 }
 
 TEST(WriteFileAtomic, FailureNamesThePathAndLeavesNoTemporary) {
-  const fs::path dir = temp_dir("fail");
+  const ddplab::testing::ScratchDir scratch;
+  const fs::path dir = scratch.dir();
   const fs::path blocker = dir / "file";
   std::ofstream(blocker) << "x";
   // A path below a regular file cannot be created.
@@ -246,7 +241,6 @@ TEST(WriteFileAtomic, FailureNamesThePathAndLeavesNoTemporary) {
   size_t entries = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++entries;
   EXPECT_EQ(entries, 1u);
-  fs::remove_all(dir);
 }
 
 }  // namespace

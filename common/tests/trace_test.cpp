@@ -11,11 +11,12 @@
 
 #include <gtest/gtest.h>
 
-#include "dist/thread_ranks.h"
+#include "thread_ranks.h"
 #include "ddplab/config.h"
 #include "ddplab/error.h"
 #include "ddplab/options.h"
 #include "ddplab/timer.h"
+#include "scratch_dir.h"
 
 namespace {
 
@@ -45,13 +46,6 @@ std::vector<int64_t> step_numbers(const json& doc) {
   for (const auto& e : events_of(doc, "X"))
     if (e["cat"] == "step") s.push_back(e["args"]["step"].get<int64_t>());
   return s;
-}
-
-std::filesystem::path temp_dir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("ddplab_trace_test_" + name);
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d);
-  return d;
 }
 
 TEST(Trace, EveryEventHasTheChromeFieldsAndPhasesNestInTheirStep) {
@@ -244,7 +238,8 @@ TEST(Trace, MergeKeepsRanksApartAlignsTheirOriginsAndSortsByTs) {
 }
 
 TEST(Trace, WriteIsAtomicAndLoadNamesWhatIsWrong) {
-  const auto dir = temp_dir("write");
+  const ddplab::testing::ScratchDir scratch;
+  const auto dir = scratch.dir();
   const std::string path = (dir / "sub" / "rank0.json").string();
   Recorder rec(0, 1, 0);
   StepTimer t;

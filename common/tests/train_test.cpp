@@ -2,7 +2,7 @@
 // sync runs — the contract every lab from 02 on and the tools rely on.
 #include <gtest/gtest.h>
 
-#include "dist/thread_ranks.h"
+#include "thread_ranks.h"
 
 #include "ddplab/config.h"
 #include "ddplab/data/generator.h"

@@ -24,7 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class CriteoTest : public testing::ScratchDir {};
+class CriteoTest : public ddplab::testing::ScratchTest {};
 
 /// A line of 40 fields: the label, 13 dense and 26 categorical values as given.
 std::string line(const std::string& label, std::vector<std::string> dense, std::vector<std::string> cats) {

@@ -13,6 +13,7 @@
 
 #include "ddplab/data/error.h"
 #include "ddplab/data/generator.h"
+#include "scratch_dir.h"
 
 namespace ddplab::data {
 namespace {
@@ -22,7 +23,8 @@ namespace fs = std::filesystem;
 class LoaderTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / ("ddplab_loader_test_" + std::to_string(::getpid()));
+    scratch_ = std::make_unique<ddplab::testing::ScratchDir>("loader");
+    dir_ = scratch_->dir();
     GenerateOptions g;
     g.out_dir = dir_.string();
     g.train = 1000;
@@ -34,11 +36,13 @@ class LoaderTest : public ::testing::Test {
   }
   static void TearDownTestSuite() {
     ds_.reset();
-    fs::remove_all(dir_);
+    scratch_.reset();
   }
+  static std::unique_ptr<ddplab::testing::ScratchDir> scratch_;
   static fs::path dir_;
   static std::unique_ptr<Dataset> ds_;
 };
+std::unique_ptr<ddplab::testing::ScratchDir> LoaderTest::scratch_;
 fs::path LoaderTest::dir_;
 std::unique_ptr<Dataset> LoaderTest::ds_;
 

@@ -18,33 +18,14 @@
 
 #include "ddplab/data/error.h"
 #include "ddplab/data/generator.h"
+#include "scratch_dir.h"
 
 namespace ddplab::data {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() / ("ddplab-shard-" + std::string(info ? info->name() : "x") + "-" +
-                                         std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using TempDir = ddplab::testing::ScratchDir;
 
 // Valid records whose every field is derived from the index, so any misplaced byte shows.
 std::vector<Sample> make_records(uint64_t n, uint64_t salt = 0) {
@@ -100,7 +81,7 @@ TEST(ShardTest, Fnv1aMatchesTheReferenceVectors) {
 TEST(ShardTest, RoundTripsRecordsAndHeader) {
   TempDir dir;
   const auto recs = make_records(1000);
-  const std::string path = dir.file("train-00000.bin");
+  const std::string path = dir.path("train-00000.bin");
   write_shard(path, 42, 7000, recs.data(), recs.size());
   EXPECT_FALSE(fs::exists(path + ".tmp"));
   EXPECT_EQ(fs::file_size(path), kHeader + 1000 * kRecord);
@@ -125,8 +106,8 @@ TEST(ShardTest, RoundTripsRecordsAndHeader) {
 TEST(ShardTest, StreamingWriterEqualsWriteShardAndCleansUpWhenAbandoned) {
   TempDir dir;
   const auto recs = make_records(1000);
-  const std::string whole = dir.file("whole.bin");
-  const std::string pieces = dir.file("pieces.bin");
+  const std::string whole = dir.path("whole.bin");
+  const std::string pieces = dir.path("pieces.bin");
   write_shard(whole, 3, 500, recs.data(), recs.size());
   {
     ShardWriter w(pieces, 3, 500);
@@ -147,7 +128,7 @@ TEST(ShardTest, StreamingWriterEqualsWriteShardAndCleansUpWhenAbandoned) {
   EXPECT_EQ(ta.size(), kHeader + 1000 * kRecord);
   EXPECT_TRUE(ta == tb) << "streamed shard differs from write_shard's";
 
-  const std::string abandoned = dir.file("abandoned.bin");
+  const std::string abandoned = dir.path("abandoned.bin");
   {
     ShardWriter w(abandoned, 3, 0);
     w.append(recs.data(), 10);
@@ -158,7 +139,7 @@ TEST(ShardTest, StreamingWriterEqualsWriteShardAndCleansUpWhenAbandoned) {
 
 TEST(ShardTest, EmptyShardIsValid) {
   TempDir dir;
-  const std::string path = dir.file("empty.bin");
+  const std::string path = dir.path("empty.bin");
   write_shard(path, 1, 0, nullptr, 0);
   const ShardReader r(path, true);
   EXPECT_EQ(r.size(), 0u);
@@ -167,7 +148,7 @@ TEST(ShardTest, EmptyShardIsValid) {
 TEST(ShardTest, RejectsBadHeaderFieldsAtTheirOffsets) {
   TempDir dir;
   const auto recs = make_records(10);
-  const std::string path = dir.file("s.bin");
+  const std::string path = dir.path("s.bin");
   struct Case {
     uint64_t offset;
     uint32_t value;
@@ -191,7 +172,7 @@ TEST(ShardTest, RejectsBadHeaderFieldsAtTheirOffsets) {
 
 TEST(ShardTest, RejectsAFileShorterThanTheHeader) {
   TempDir dir;
-  const std::string path = dir.file("short.bin");
+  const std::string path = dir.path("short.bin");
   const auto recs = make_records(3);
   write_shard(path, 1, 0, recs.data(), recs.size());
   fs::resize_file(path, 30);
@@ -205,7 +186,7 @@ TEST(ShardTest, InMemoryHoldsTheSameRecordsAndSurvivesMovesAndTheFile) {
   // not by the file's mapping; validated the same way first.
   TempDir dir;
   const auto recs = make_records(1000);
-  const std::string path = dir.file("train-00000.bin");
+  const std::string path = dir.path("train-00000.bin");
   write_shard(path, 42, 7000, recs.data(), recs.size());
   ShardReader mem(path, /*verify_checksum=*/true, /*in_memory=*/true);
   EXPECT_TRUE(mem.in_memory());
@@ -226,7 +207,7 @@ TEST(ShardTest, InMemoryHoldsTheSameRecordsAndSurvivesMovesAndTheFile) {
 
 TEST(ShardTest, RejectsTruncatedFileAtWhereTheDataEnds) {
   TempDir dir;
-  const std::string path = dir.file("trunc.bin");
+  const std::string path = dir.path("trunc.bin");
   const auto recs = make_records(20);
   write_shard(path, 1, 0, recs.data(), recs.size());
   const uint64_t cut = kHeader + 10 * kRecord + 50;
@@ -242,7 +223,7 @@ TEST(ShardTest, RejectsTruncatedFileAtWhereTheDataEnds) {
 
 TEST(ShardTest, RejectsTrailingBytesAtWhereTheDataShouldEnd) {
   TempDir dir;
-  const std::string path = dir.file("trail.bin");
+  const std::string path = dir.path("trail.bin");
   const auto recs = make_records(20);
   write_shard(path, 1, 0, recs.data(), recs.size());
   fs::resize_file(path, kHeader + 20 * kRecord + 7);
@@ -251,7 +232,7 @@ TEST(ShardTest, RejectsTrailingBytesAtWhereTheDataShouldEnd) {
 
 TEST(ShardTest, ChecksumMismatchNamesTheFile) {
   TempDir dir;
-  const std::string path = dir.file("sum.bin");
+  const std::string path = dir.path("sum.bin");
   const auto recs = make_records(20);
   write_shard(path, 1, 0, recs.data(), recs.size());
   // Flip the lowest mantissa bit of a dense value: every field stays valid, only the hash sees it.
@@ -267,7 +248,7 @@ TEST(ShardTest, ChecksumMismatchNamesTheFile) {
 
 TEST(ShardTest, FullVerifyReportsTheOffsetOfABadField) {
   TempDir dir;
-  const std::string path = dir.file("fields.bin");
+  const std::string path = dir.path("fields.bin");
   auto recs = make_records(20);
   recs[7].label = 2;
   write_shard(path, 1, 0, recs.data(), recs.size());  // checksum is right: only field checks see it
@@ -291,7 +272,7 @@ TEST(ShardTest, FullVerifyReportsTheOffsetOfABadField) {
 
 TEST(ShardTest, MissingShardFileIsNamed) {
   TempDir dir;
-  const std::string path = dir.file("nope.bin");
+  const std::string path = dir.path("nope.bin");
   expect_data_error([&] { ShardReader r(path); }, path, -1, "cannot open");
 }
 
@@ -299,11 +280,11 @@ TEST(ShardTest, FailedWriteLeavesNoTemporary) {
   TempDir dir;
   const auto recs = make_records(5);
   // The directory does not exist: creating the temporary fails.
-  const std::string missing = dir.file("no-such-dir/train-00000.bin");
+  const std::string missing = dir.path("no-such-dir/train-00000.bin");
   expect_data_error([&] { write_shard(missing, 1, 0, recs.data(), recs.size()); }, missing, -1, "cannot create");
   EXPECT_FALSE(fs::exists(missing + ".tmp"));
   // The target is a non-empty directory: everything is written, then the rename fails.
-  const std::string blocked = dir.file("blocked.bin");
+  const std::string blocked = dir.path("blocked.bin");
   fs::create_directories(fs::path(blocked) / "inside");
   expect_data_error([&] { write_shard(blocked, 1, 0, recs.data(), recs.size()); }, blocked, -1, "cannot rename");
   EXPECT_FALSE(fs::exists(blocked + ".tmp"));
@@ -331,9 +312,9 @@ Metadata sample_meta() {
 TEST(MetadataTest, RoundTrips) {
   TempDir dir;
   const Metadata m = sample_meta();
-  write_metadata(dir.path().string(), m);
-  EXPECT_FALSE(fs::exists(dir.file("meta.json.tmp")));
-  const Metadata r = read_metadata(dir.path().string());
+  write_metadata(dir.dir().string(), m);
+  EXPECT_FALSE(fs::exists(dir.path("meta.json.tmp")));
+  const Metadata r = read_metadata(dir.dir().string());
   EXPECT_EQ(r.version, 1);
   EXPECT_EQ(r.seed, 9u);
   EXPECT_EQ(r.train_count, 2500u);
@@ -344,15 +325,15 @@ TEST(MetadataTest, RoundTrips) {
   EXPECT_EQ(r.train_click_rate, 0.251);
   EXPECT_EQ(r.train_shards, m.train_shards);
   EXPECT_EQ(r.test_shards, m.test_shards);
-  std::ifstream in(dir.file("meta.json"));
+  std::ifstream in(dir.path("meta.json"));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("\"format\": \"ddplab.ctr-small\""), std::string::npos) << text;
 }
 
 TEST(MetadataTest, MissingMalformedOrIncompleteMetaJsonIsNamed) {
   TempDir dir;
-  const std::string d = dir.path().string();
-  const std::string file = dir.file("meta.json");
+  const std::string d = dir.dir().string();
+  const std::string file = dir.path("meta.json");
   expect_data_error([&] { read_metadata(d); }, file, -1, "cannot open");
   expect_data_error([&] { Dataset ds(d, Split::kTrain); }, file, -1, "cannot open");
 
@@ -420,7 +401,7 @@ std::pair<double, double> test_metrics(const std::vector<float>& probs, const st
 
 GenerateOptions small_options(const TempDir& dir) {
   GenerateOptions o;
-  o.out_dir = dir.path().string();
+  o.out_dir = dir.dir().string();
   o.train = 2500;
   o.test = 700;
   o.seed = 1;
@@ -440,19 +421,19 @@ TEST(DatasetTest, GenerateWritesShardsThatReadBackAsTheGeneratorsSamples) {
   EXPECT_LT(m.teacher_test_auc, 0.9);
   EXPECT_GE(res.threads, 1);
   EXPECT_GT(res.samples_per_s_per_thread, 0.0);
-  for (const auto& entry : fs::directory_iterator(dir.path())) {
+  for (const auto& entry : fs::directory_iterator(dir.dir())) {
     EXPECT_EQ(entry.path().extension() == ".tmp", false) << entry.path();
   }
 
   const Generator g(1);
-  const Dataset train(dir.path().string(), Split::kTrain, /*verify_checksums=*/true);
-  const Dataset held(dir.path().string(), Split::kTrain, false, /*in_memory=*/true);
+  const Dataset train(dir.dir().string(), Split::kTrain, /*verify_checksums=*/true);
+  const Dataset held(dir.dir().string(), Split::kTrain, false, /*in_memory=*/true);
   ASSERT_EQ(held.size(), train.size());
   EXPECT_EQ(held.file_bytes(), 3 * kHeader + 2500 * kRecord);
   for (uint64_t i = 0; i < held.size(); i += 97) {
     EXPECT_EQ(std::memcmp(&held[i], &train[i], kRecord), 0) << "sample " << i;
   }
-  const Dataset test(dir.path().string(), Split::kTest, true);
+  const Dataset test(dir.dir().string(), Split::kTest, true);
   ASSERT_EQ(train.size(), 2500u);
   ASSERT_EQ(test.size(), 700u);
   EXPECT_EQ(train.shards().size(), 3u);
@@ -471,7 +452,7 @@ TEST(DatasetTest, GenerateWritesShardsThatReadBackAsTheGeneratorsSamples) {
   }
   EXPECT_DOUBLE_EQ(m.train_click_rate, train_pos / 2500.0);
   EXPECT_EQ(train.metadata().teacher_test_auc, m.teacher_test_auc);
-  expect_data_error([&] { (void)train[2500]; }, dir.path().string(), -1, "out of range");
+  expect_data_error([&] { (void)train[2500]; }, dir.dir().string(), -1, "out of range");
   EXPECT_STREQ(split_name(Split::kTrain), "train");
   EXPECT_STREQ(split_name(Split::kTest), "test");
 
@@ -496,12 +477,12 @@ TEST(DatasetTest, RegenerationReplacesTheDataSetAndRemovesStaleShards) {
   TempDir dir;
   GenerateOptions o = small_options(dir);
   generate(o, test_metrics);
-  ASSERT_TRUE(fs::exists(dir.file("train-00002.bin")));
+  ASSERT_TRUE(fs::exists(dir.path("train-00002.bin")));
   o.shard_size = 2000;
   o.threads = 1;
   generate(o, test_metrics);
-  EXPECT_FALSE(fs::exists(dir.file("train-00002.bin")));
-  const Dataset train(dir.path().string(), Split::kTrain, true);
+  EXPECT_FALSE(fs::exists(dir.path("train-00002.bin")));
+  const Dataset train(dir.dir().string(), Split::kTrain, true);
   EXPECT_EQ(train.shards().size(), 2u);
   EXPECT_EQ(train.metadata().shard_size, 2000u);
 }
@@ -510,33 +491,33 @@ TEST(DatasetTest, InterruptedGenerationLeavesNoMetaJson) {
   TempDir dir;
   GenerateOptions o = small_options(dir);
   generate(o, test_metrics);
-  ASSERT_TRUE(fs::exists(dir.file("meta.json")));
+  ASSERT_TRUE(fs::exists(dir.path("meta.json")));
   const auto failing = [](const std::vector<float>&, const std::vector<float>&) -> std::pair<double, double> {
     throw std::runtime_error("interrupted");
   };
   EXPECT_THROW(generate(o, failing), std::runtime_error);
-  EXPECT_FALSE(fs::exists(dir.file("meta.json")));
-  expect_data_error([&] { Dataset ds(dir.path().string(), Split::kTrain); }, dir.file("meta.json"), -1, "cannot open");
+  EXPECT_FALSE(fs::exists(dir.path("meta.json")));
+  expect_data_error([&] { Dataset ds(dir.dir().string(), Split::kTrain); }, dir.path("meta.json"), -1, "cannot open");
 }
 
 TEST(DatasetTest, OpeningNamesAMissingOrForeignShard) {
   TempDir dir;
   const GenerateOptions o = small_options(dir);
   generate(o, test_metrics);
-  const std::string d = dir.path().string();
+  const std::string d = dir.dir().string();
 
   // A shard of another data set (seed 5) in place of train-00001.bin.
   const auto recs = make_records(1000);
-  write_shard(dir.file("train-00001.bin"), 5, 1000, recs.data(), recs.size());
-  expect_data_error([&] { Dataset ds(d, Split::kTrain); }, dir.file("train-00001.bin"), offsetof(ShardHeader, seed),
+  write_shard(dir.path("train-00001.bin"), 5, 1000, recs.data(), recs.size());
+  expect_data_error([&] { Dataset ds(d, Split::kTrain); }, dir.path("train-00001.bin"), offsetof(ShardHeader, seed),
                     "seed 5");
   // Right seed, wrong place.
-  write_shard(dir.file("train-00001.bin"), 1, 3000, recs.data(), recs.size());
-  expect_data_error([&] { Dataset ds(d, Split::kTrain); }, dir.file("train-00001.bin"),
+  write_shard(dir.path("train-00001.bin"), 1, 3000, recs.data(), recs.size());
+  expect_data_error([&] { Dataset ds(d, Split::kTrain); }, dir.path("train-00001.bin"),
                     offsetof(ShardHeader, first_index), "first index 3000, expected 1000");
   // Gone.
-  fs::remove(dir.file("train-00001.bin"));
-  expect_data_error([&] { Dataset ds(d, Split::kTrain); }, dir.file("train-00001.bin"), -1, "cannot open");
+  fs::remove(dir.path("train-00001.bin"));
+  expect_data_error([&] { Dataset ds(d, Split::kTrain); }, dir.path("train-00001.bin"), -1, "cannot open");
   // The test split does not need it.
   EXPECT_EQ(Dataset(d, Split::kTest).size(), 700u);
   // Fewer samples than meta.json promises.
@@ -544,7 +525,7 @@ TEST(DatasetTest, OpeningNamesAMissingOrForeignShard) {
   m.train_shards.pop_back();
   m.train_shards.pop_back();
   write_metadata(d, m);
-  expect_data_error([&] { Dataset ds(d, Split::kTrain); }, dir.file("meta.json"), -1, "\"train_count\"");
+  expect_data_error([&] { Dataset ds(d, Split::kTrain); }, dir.path("meta.json"), -1, "\"train_count\"");
 }
 
 TEST(DatasetTest, GenerateRejectsBadOptions) {

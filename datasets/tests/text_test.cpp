@@ -19,7 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TextTest : public testing::ScratchDir {};
+class TextTest : public ddplab::testing::ScratchTest {};
 
 TEST_F(TextTest, CountsEveryByteItHandsOutAndNothingElse) {
   const TextFile f(write("a.txt", "one\ntwo\nthree"));

@@ -13,6 +13,7 @@
 #include "ddplab/data/shard.h"
 #include "ddplab/error.h"
 #include "ddplab/grader/batch.h"
+#include "scratch_dir.h"
 
 namespace fs = std::filesystem;
 using namespace ddplab::grader;
@@ -21,13 +22,6 @@ namespace {
 
 class Batch : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("ddplab_batch_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string read(const fs::path& p) {
     std::ifstream in(p);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -77,7 +71,8 @@ class Batch : public ::testing::Test {
     fs::create_directories(dir_ / folder);
     ddplab::data::write_metadata((dir_ / folder).string(), meta);
   }
-  fs::path dir_;
+  ddplab::testing::ScratchDir scratch_;
+  const fs::path dir_ = scratch_.dir();
 };
 
 TEST_F(Batch, TheGradebookHasOneQuotedRowPerStudentAndLab) {

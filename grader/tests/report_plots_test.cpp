@@ -16,6 +16,7 @@
 #include "checks/check_fixture.h"
 #include "report_fixture.h"
 #include "xml_check.h"
+#include "scratch_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -24,14 +25,8 @@ namespace {
 
 class ReportPlots : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / fmt::format("ddplab_report_plots_{}_{}", ::getpid(),
-                                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  ddplab::testing::ScratchDir scratch_;
+  const fs::path dir_ = scratch_.dir();
 };
 
 /// The report's <svg> elements, each checked for well-formed XML.

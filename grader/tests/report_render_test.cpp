@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "report_fixture.h"
+#include "scratch_dir.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -76,9 +77,8 @@ TEST(ReportRender, HeadlessChromiumDrawsEveryChart) {
   ASSERT_FALSE(chromium.empty())
       << "Debian's chromium is not installed (apt-get install chromium; tools/setup-debian.sh "
          "installs it): the report cannot be rendered";
-  const fs::path dir = fs::temp_directory_path() / fmt::format("ddplab_report_render_{}", ::getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const ddplab::testing::ScratchDir scratch;
+  const fs::path dir = scratch.dir();
   const std::string html = html_report({lab_with_runs(dir)});
   std::ofstream(dir / "report.html") << html;
   std::string probed = html;
@@ -124,7 +124,6 @@ TEST(ReportRender, HeadlessChromiumDrawsEveryChart) {
   ASSERT_TRUE(fs::exists(shot));
   EXPECT_GT(fs::file_size(shot), 20000u);
   std::printf("screenshot of the rendered report: %s\n", shot.c_str());
-  fs::remove_all(dir);
 }
 
 }  // namespace

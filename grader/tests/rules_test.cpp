@@ -16,6 +16,7 @@
 #include "ddplab/error.h"
 #include "ddplab/grader/grade.h"
 #include "ddplab/grader/spec.h"
+#include "scratch_dir.h"
 
 namespace fs = std::filesystem;
 using namespace ddplab::grader;
@@ -104,8 +105,8 @@ TEST(Regions, MarkersAreOutsideTextToo) {
 }
 
 TEST(Regions, EverySubmittedManifestFileIsCompared) {
-  const fs::path dir = fs::temp_directory_path() / ("ddplab_rules_test_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
+  const ddplab::testing::ScratchDir scratch;
+  const fs::path dir = scratch.dir();
   fs::create_directories(dir / "skel");
   fs::create_directories(dir / "sub");
   std::ofstream(dir / "skel" / "a.cpp") << kSkeleton;
@@ -117,7 +118,6 @@ TEST(Regions, EverySubmittedManifestFileIsCompared) {
   const auto edits = submission_region_edits(spec, (dir / "skel").string(), (dir / "sub").string());
   ASSERT_EQ(edits.size(), 1u);
   EXPECT_EQ(edits[0], "b.cpp:1: edited outside the STUDENT CODE regions: line added: `#pragma once`");
-  fs::remove_all(dir);
 }
 
 // The harness: a submission that breaks the rule fails every check with the first edit, and is
@@ -126,11 +126,11 @@ TEST(Regions, EverySubmittedManifestFileIsCompared) {
 /// binary is /x): `dir`/kit/labs/lab09_x, a build folder whose targets.json names the lab's
 /// `tree` targets, a spec with one unit_tests check per exercise, and options grading `tree`.
 struct FakeKit {
+  ddplab::testing::ScratchDir scratch;
   fs::path dir, spec_path;
   GradeOptions o;
-  FakeKit(const std::string& name, const std::string& tree, const std::vector<std::string>& exercises) {
-    dir = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
+  FakeKit(const std::string& name, const std::string& tree, const std::vector<std::string>& exercises)
+      : scratch(name), dir(scratch.dir()) {
     fs::create_directories(dir / "kit/labs/lab09_x");
     fs::create_directories(dir / "build/grader");
     std::ofstream(dir / "build/grader/targets.json")
@@ -154,7 +154,6 @@ struct FakeKit {
     o.sandbox = "none";
     o.quiet = true;
   }
-  ~FakeKit() { fs::remove_all(dir); }
   LabResult grade() const { return grade_lab(load_spec(spec_path.string()), o); }
 };
 
@@ -234,7 +233,8 @@ TEST(Regions, EverySolutionPassesTheSubmissionRule) {
 
 /// The ConfigError message load_spec gives for a self-test spec with `forbidden` appended ("" if none).
 std::string spec_error(const std::string& forbidden, LabSpec* out = nullptr, const std::string& top = "") {
-  const fs::path p = fs::temp_directory_path() / ("ddplab_rules_spec_" + std::to_string(::getpid()) + ".toml");
+  const ddplab::testing::ScratchDir scratch;
+  const fs::path p = scratch.path("grade.toml");
   std::ofstream(p) << top
                    << "[lab]\ntitle = \"Lab 09\"\nfolder = \"lab09_x\"\nprogram = \"lab09_x\"\n"
                       "manifest = [\"lab09_student.cpp\"]\nexercises = [\"09.1\", \"09.2\"]\n\n"
@@ -248,7 +248,6 @@ std::string spec_error(const std::string& forbidden, LabSpec* out = nullptr, con
   } catch (const ddplab::ConfigError& e) {
     error = e.what();
   }
-  fs::remove(p);
   return error;
 }
 

@@ -13,12 +13,14 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "ddplab/config.h"
 #include "ddplab/error.h"
+#include "scratch_dir.h"
 
 namespace fs = std::filesystem;
 using namespace ddplab::grader;
@@ -33,8 +35,8 @@ namespace {
 class SandboxTree : public ::testing::Test {
  protected:
   void make_tree(const std::string& name) {
-    root_ = fs::temp_directory_path() / (name + "_" + std::to_string(::getpid()));
-    fs::remove_all(root_);
+    scratch_.emplace(name);
+    root_ = scratch_->dir();
     for (const char* d : {"kit/solutions/lab09", "build/grader", "data", "out/lab09/runs/r", "batch/bob"}) {
       fs::create_directories(root_ / d);
     }
@@ -45,10 +47,6 @@ class SandboxTree : public ::testing::Test {
     std::ofstream(root_ / "out/lab09/results.json") << "{}\n";
     std::ofstream(root_ / "data/meta.json") << "{\"train\": 1}\n";
   }
-  void TearDown() override {
-    if (!root_.empty()) fs::remove_all(root_);
-  }
-
   /// Runs `script` with /bin/sh in the sandbox, run folder out/lab09/runs/r; returns its exit
   /// status and its output in `out`.
   int sh(const std::string& script, std::string* out = nullptr, ddplab::LaunchResult* result = nullptr) {
@@ -106,6 +104,7 @@ class SandboxTree : public ::testing::Test {
     EXPECT_EQ(line, "{\"train\": 1}");
   }
 
+  std::optional<ddplab::testing::ScratchDir> scratch_;
   fs::path root_;
   Sandbox sandbox_;
 };

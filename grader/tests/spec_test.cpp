@@ -17,6 +17,7 @@
 #include "ddplab/grader/checks.h"
 #include "ddplab/grader/grade.h"
 #include "ddplab/grader/spec.h"
+#include "scratch_dir.h"
 
 namespace fs = std::filesystem;
 using namespace ddplab::grader;
@@ -25,13 +26,6 @@ namespace {
 
 class Scratch : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("ddplab_spec_test_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& text) {
     const auto p = dir_ / name;
     fs::create_directories(p.parent_path());
@@ -71,7 +65,8 @@ at = "end"
     }
     return "(no error)";
   }
-  fs::path dir_;
+  ddplab::testing::ScratchDir scratch_;
+  const fs::path dir_ = scratch_.dir();
 };
 
 TEST_F(Scratch, ParsesASpecWithKindSpecificParameters) {

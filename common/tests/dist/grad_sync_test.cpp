@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tensors.h"
 #include "thread_ranks.h"
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
@@ -28,6 +29,10 @@ using ddplab::dist::GradSync;
 using ddplab::dist::make_grad_sync;
 using ddplab::dist::ProcessGroup;
 using ddplab::dist::SyncStrategy;
+using ddplab::testing::clear_grads;
+using ddplab::testing::compare;
+using ddplab::testing::grads;
+using ddplab::testing::values;
 
 constexpr SyncStrategy kAllStrategies[] = {SyncStrategy::kPerParam, SyncStrategy::kBucketed, SyncStrategy::kOverlap};
 /// Small caps so the small test model splits into many buckets (layout worked out below).
@@ -102,54 +107,6 @@ Batch concat(const std::vector<Batch>& parts) {
     ids.push_back(b.ids);
   }
   return {torch::cat(xs), torch::cat(ids)};
-}
-
-void clear_grads(torch::nn::Module& m) {
-  for (auto& p : m.parameters()) p.mutable_grad() = torch::Tensor();
-}
-
-std::vector<torch::Tensor> grads(torch::nn::Module& m) {
-  std::vector<torch::Tensor> g;
-  for (auto& p : m.parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
-  return g;
-}
-
-std::vector<torch::Tensor> values(torch::nn::Module& m) {
-  std::vector<torch::Tensor> v;
-  for (auto& p : m.parameters()) v.push_back(p.detach().clone());
-  return v;
-}
-
-/// "" when every element of `got` is within atol + rtol * |want| of `want` (0, 0: bit-identical);
-/// otherwise the worst element of the first offending tensor: both values and the max difference.
-std::string compare(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want, double atol,
-                    double rtol = 0.0) {
-  if (got.size() != want.size())
-    return "got " + std::to_string(got.size()) + " tensors, want " + std::to_string(want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    std::ostringstream msg;
-    msg << "tensor " << i << ": ";
-    if (!got[i].defined() || !want[i].defined()) {
-      msg << (got[i].defined() ? "want" : "got") << " is undefined";
-      return msg.str();
-    }
-    if (got[i].sizes() != want[i].sizes()) {
-      msg << "shape " << got[i].sizes() << " vs " << want[i].sizes();
-      return msg.str();
-    }
-    const torch::Tensor w = want[i].to(torch::kFloat64).flatten();
-    const torch::Tensor diff = (got[i].to(torch::kFloat64).flatten() - w).abs();
-    const torch::Tensor excess = diff - (atol + rtol * w.abs());
-    const int64_t at = excess.argmax().item<int64_t>();
-    if (excess[at].item<double>() > 0.0 || diff.isnan().any().item<bool>()) {
-      msg.precision(9);
-      msg << "max |diff| " << diff.max().item<double>() << "; at element " << at << " got "
-          << got[i].flatten()[at].item<double>() << ", want " << w[at].item<double>() << ", |diff| "
-          << diff[at].item<double>() << " > " << atol << " + " << rtol << " * |want|";
-      return msg.str();
-    }
-  }
-  return "";
 }
 
 /// Gradient-sync tests fail fast on a deadlock.

@@ -16,16 +16,10 @@ namespace fs = std::filesystem;
 namespace ddplab::grader::testing {
 
 void CheckTest::SetUp() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  dir_ = fs::temp_directory_path() /
-         fmt::format("ddplab_check_test_{}_{}_{}", ::getpid(), info->test_suite_name(), info->name());
-  fs::remove_all(dir_);
   fs::create_directories(dir_ / "work");
   options_.data_dir = (dir_ / "no-data").string();  // checks that need a data set are given one
   calibration_.machine = "test";
 }
-
-void CheckTest::TearDown() { fs::remove_all(dir_); }
 
 std::string CheckTest::write(const std::string& name, const std::string& text) {
   const fs::path p = dir_ / name;

@@ -14,6 +14,7 @@
 #include "ddplab/grader/checks.h"
 #include "ddplab/grader/grade.h"
 #include "ddplab/grader/spec.h"
+#include "scratch_dir.h"
 
 namespace ddplab::grader::testing {
 
@@ -22,7 +23,6 @@ using nlohmann::json;
 class CheckTest : public ::testing::Test {
  protected:
   void SetUp() override;
-  void TearDown() override;
 
   /// Loads a spec of the [[run]] and [[check]] tables `body` (a [lab] table is added).
   void load(const std::string& body);
@@ -36,7 +36,8 @@ class CheckTest : public ::testing::Test {
   std::string load_error(const std::string& body);
   std::string write(const std::string& name, const std::string& text);
 
-  std::filesystem::path dir_;
+  ddplab::testing::ScratchDir scratch_;
+  const std::filesystem::path dir_ = scratch_.dir();
   LabSpec spec_;
   GradeOptions options_;
   LabBinaries bin_;

@@ -11,15 +11,16 @@
 #include "check_fixture.h"
 #include "ddplab/data/shard.h"
 #include "ddplab/deepfm.h"
+#include "scratch_dir.h"
 
 namespace fs = std::filesystem;
 
 namespace ddplab::grader::testing {
 
 std::string tiny_data_set() {
+  static const ddplab::testing::ScratchDir scratch("check-data");  // removed when the tests exit
   static const std::string dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("ddplab_check_test_data_" + std::to_string(::getpid()));
-    fs::remove_all(d);
+    const fs::path d = scratch.dir() / "set";
     data::GenerateOptions g;
     g.out_dir = d.string();
     g.train = 2000;
@@ -27,8 +28,6 @@ std::string tiny_data_set() {
     g.shard_size = 1000;
     g.threads = 1;
     data::generate(g, [](const std::vector<float>&, const std::vector<float>&) { return std::make_pair(0.5, 0.7); });
-    std::atexit(
-        [] { fs::remove_all(fs::temp_directory_path() / ("ddplab_check_test_data_" + std::to_string(::getpid()))); });
     return d.string();
   }();
   return dir;

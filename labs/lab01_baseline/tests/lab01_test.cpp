@@ -9,6 +9,7 @@
 #include "ddplab/data/shard.h"
 #include "ddplab/metrics.h"
 #include "lab01.h"
+#include "scratch_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -17,7 +18,8 @@ namespace {
 class Lab01 : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / ("ddplab_lab01_test_" + std::to_string(::getpid()));
+    scratch_ = std::make_unique<ddplab::testing::ScratchDir>("lab01");
+    dir_ = scratch_->dir();
     ddplab::data::GenerateOptions g;
     g.out_dir = dir_.string();
     g.train = 4096;
@@ -33,7 +35,7 @@ class Lab01 : public ::testing::Test {
   static void TearDownTestSuite() {
     train_.reset();
     test_.reset();
-    fs::remove_all(dir_);
+    scratch_.reset();
   }
   static ddplab::data::Batch batch(uint64_t first, size_t n) {
     const auto order = ddplab::data::sequential_order(first + n);
@@ -51,9 +53,11 @@ class Lab01 : public ::testing::Test {
     torch::manual_seed(seed);
     return ddplab::DeepFM();
   }
+  static std::unique_ptr<ddplab::testing::ScratchDir> scratch_;
   static fs::path dir_;
   static std::unique_ptr<ddplab::data::Dataset> train_, test_;
 };
+std::unique_ptr<ddplab::testing::ScratchDir> Lab01::scratch_;
 fs::path Lab01::dir_;
 std::unique_ptr<ddplab::data::Dataset> Lab01::train_, Lab01::test_;
 

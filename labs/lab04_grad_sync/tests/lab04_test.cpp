@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "tensors.h"
 #include "thread_ranks.h"
 #include "ddplab/deepfm.h"
 #include "ddplab/dist/grad_sync.h"
@@ -17,6 +18,9 @@ namespace {
 
 using ddplab::dist::GradSync;
 using ddplab::dist::ProcessGroup;
+using ddplab::testing::clear_grads;
+using ddplab::testing::compare;
+using ddplab::testing::grads;
 using ddplab::testing::run_ranks;
 using lab04::BucketCaps;
 
@@ -70,39 +74,14 @@ torch::Tensor loss_of(Net& net, const Input& in, bool use_side) {
   return torch::binary_cross_entropy_with_logits(net->forward(in.x, in.ids, use_side), in.y);
 }
 
-void clear_grads(Net& net) {
-  for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
-}
-
-std::vector<torch::Tensor> grads(Net& net) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : net->parameters()) out.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
-  return out;
-}
-
 /// One synced step from cleared gradients; returns the gradients it leaves.
 std::vector<torch::Tensor> synced(GradSync& sync, Net& net, const Input& in, bool use_side = true) {
-  clear_grads(net);
+  clear_grads(*net);
   const torch::Tensor loss = loss_of(net, in, use_side);
   sync.before_backward(loss);
   loss.backward();
   sync.finish();
-  return grads(net);
-}
-
-/// "" when equal within tol, else which parameter differs and by how much.
-std::string compare(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want, double tol) {
-  if (got.size() != want.size()) return "different parameter counts";
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!got[i].defined()) return "parameter " + std::to_string(i) + " has no gradient after finish()";
-    const double d = (got[i] - want[i]).abs().max().item<double>();
-    if (d > tol) {
-      return "parameter " + std::to_string(i) + ": max |got - oracle| = " + std::to_string(d) + " (sum got " +
-             std::to_string(got[i].sum().item<double>()) + ", oracle " + std::to_string(want[i].sum().item<double>()) +
-             ")";
-    }
-  }
-  return "";
+  return grads(*net);
 }
 
 std::vector<size_t> indices(const lab04::Bucket& b) { return b.params; }
@@ -289,7 +268,7 @@ TEST_P(Lab04Overlap, BucketsStartDuringBackwardInBucketOrder) {
       EXPECT_EQ(op, ddplab::dist::Op::kAllreduce);
       launched.push_back(bytes);
     });
-    clear_grads(net);
+    clear_grads(*net);
     const torch::Tensor loss = loss_of(net, input(pg.rank(), 0), true);
     sync.before_backward(loss);
     loss.backward();
@@ -310,7 +289,7 @@ TEST_P(Lab04Overlap, AccumulatedMicroStepsAreSummedBeforeTheSyncedStep) {
     Net net = make_net();
     auto oracle = ddplab::dist::make_grad_sync(ddplab::dist::SyncStrategy::kPerParam, pg, net->parameters());
     auto run = [&](GradSync& sync) {
-      clear_grads(net);
+      clear_grads(*net);
       for (int k = 0; k < 2; ++k) {
         auto guard = sync.no_sync();
         const torch::Tensor loss = loss_of(net, input(pg.rank(), k), true);
@@ -323,7 +302,7 @@ TEST_P(Lab04Overlap, AccumulatedMicroStepsAreSummedBeforeTheSyncedStep) {
       sync.before_backward(loss);
       loss.backward();
       sync.finish();
-      return grads(net);
+      return grads(*net);
     };
     const auto want = run(*oracle);
     lab04::OverlapSync sync(pg, net->parameters(), layout(net, kSmall));

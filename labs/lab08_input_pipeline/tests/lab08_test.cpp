@@ -21,6 +21,7 @@
 #include "lab08.h"
 
 #include "ddplab/data/error.h"
+#include "scratch_dir.h"
 
 namespace {
 
@@ -210,24 +211,7 @@ TEST(Lab08Prefetch, RejectsWorkersOrDepthBelowOne) {
 
 // ---- 08.2 ----
 
-class Lab08Range : public ::testing::Test {
- protected:
-  void SetUp() override {
-    static int counter = 0;
-    dir_ = fs::temp_directory_path() / fmt::format("ddplab-lab08-{}-{}", ::getpid(), counter++);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string write(const std::string& name, const std::string& text) {
-    const std::string p = (dir_ / name).string();
-    std::ofstream(p, std::ios::binary) << text;
-    return p;
-  }
-  fs::path dir_;
-};
+class Lab08Range : public ddplab::testing::ScratchTest {};
 
 /// Lines of lengths 1..97 in a repeating pattern (some empty), `n` of them, the last with or
 /// without its '\n'.

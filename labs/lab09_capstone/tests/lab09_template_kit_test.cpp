@@ -9,20 +9,15 @@
 #include <gtest/gtest.h>
 
 #include "ddplab/dist/loopback.h"
+#include "scratch_dir.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path scratch(const std::string& name) {
-  const fs::path d = fs::path(::testing::TempDir()) / ("lab09_template_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
 TEST(Lab09Template, CheckpointsAreFoundByNameNewestLastAndTemporaryFilesIgnored) {
-  const fs::path d = scratch("names");
+  const ddplab::testing::ScratchDir scratch;
+  const fs::path d = scratch.dir();
   EXPECT_EQ(lab09::checkpoint_name(12), "step-00000012.pt");
   EXPECT_TRUE(lab09::checkpoints_in(d / "missing").empty());
   for (const char* f : {"step-00000010.pt", "step-00000002.pt", ".step-00000011.pt.tmp", "notes.txt"}) {
@@ -33,7 +28,8 @@ TEST(Lab09Template, CheckpointsAreFoundByNameNewestLastAndTemporaryFilesIgnored)
   EXPECT_EQ(all[0].filename(), "step-00000002.pt");
   EXPECT_EQ(*lab09::latest_checkpoint(d), d / "step-00000010.pt");
   EXPECT_EQ(*lab09::latest_checkpoint(d / "step-00000002.pt"), d / "step-00000002.pt");  // a file: itself
-  EXPECT_FALSE(lab09::latest_checkpoint(scratch("empty")).has_value());
+  const ddplab::testing::ScratchDir empty;
+  EXPECT_FALSE(lab09::latest_checkpoint(empty.dir()).has_value());
 }
 
 TEST(Lab09Template, WarmUpRampsLinearlyToTheTarget) {

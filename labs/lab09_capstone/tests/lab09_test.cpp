@@ -17,6 +17,7 @@
 #include "lab09.h"
 
 #include "ddplab/deepfm.h"
+#include "scratch_dir.h"
 
 namespace {
 
@@ -68,18 +69,7 @@ Checkpoint header_for(const Trainer& t, int world = 2) {
 }
 
 /// A folder of its own under the test's temporary directory, removed at the end.
-class Scratch : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / fmt::format("lab09-{}-{}-{}", info->test_suite_name(), info->name(), ::getpid());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
-};
+class Scratch : public ddplab::testing::ScratchTest {};
 
 // ---- 09.1 ----
 
@@ -166,7 +156,7 @@ TEST_F(Lab09Save, LeavesNoTemporaryFileBehind) {
   Trainer a(1);
   for (int i = 0; i < 3; ++i) lab09::save_checkpoint(path("ckpt.pt"), header_for(a), *a.model, *a.adam);
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(scratch_.dir())) names.push_back(e.path().filename().string());
   EXPECT_EQ(names, std::vector<std::string>{"ckpt.pt"}) << fmt::format("{}", fmt::join(names, ", "));
 }
 
@@ -187,7 +177,7 @@ TEST_F(Lab09Save, AFailureNamesThePathAndLeavesThePreviousFile) {
   EXPECT_THROW(lab09::save_checkpoint(path("blocked.pt"), header_for(a), *a.model, *a.adam), ddplab::Error);
   EXPECT_EQ(fs::file_size(file), size);
   int files = 0;
-  for (const auto& e : fs::directory_iterator(dir_)) files += e.is_regular_file() ? 1 : 0;
+  for (const auto& e : fs::directory_iterator(scratch_.dir())) files += e.is_regular_file() ? 1 : 0;
   EXPECT_EQ(files, 1) << "a failed save left a temporary file";
 }
 
