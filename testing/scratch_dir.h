@@ -9,7 +9,6 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 namespace ddplab::testing {
@@ -42,13 +41,6 @@ class ScratchDir {
     std::filesystem::create_directories(p.parent_path());
     std::ofstream(p, std::ios::binary) << text;
     return p.string();
-  }
-  /// The bytes of `name` ("" if it does not exist).
-  std::string read(const std::string& name) const {
-    std::ifstream in(dir_ / name, std::ios::binary);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
   }
 
  private:
