@@ -12,9 +12,27 @@ const char* op_name(Op op) {
     case Op::kSend: return "send";
     case Op::kRecv: return "recv";
     case Op::kBarrier: return "barrier";
+    case Op::kReduceScatter: return "reduce_scatter";
     case Op::kCount: break;
   }
   return "none";
+}
+
+int64_t ring_bytes(Op op, int64_t payload, int world) {
+  if (world <= 1) return 0;
+  const int64_t n = world;
+  switch (op) {
+    case Op::kAllreduce: return 2 * (n - 1) * payload / n;
+    case Op::kReduceScatter:
+    case Op::kAllToAll: return (n - 1) * payload / n;
+    case Op::kAllgather: return (n - 1) * payload;
+    case Op::kBroadcast:
+    case Op::kSend: return payload;
+    case Op::kRecv:
+    case Op::kBarrier:
+    case Op::kCount: break;
+  }
+  return 0;
 }
 
 int64_t CommStats::total_calls() const {

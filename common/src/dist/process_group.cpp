@@ -510,6 +510,24 @@ void ProcessGroup::all_to_all(torch::Tensor& out, const torch::Tensor& in, const
   unstage(out, o);
 }
 
+void ProcessGroup::reduce_scatter(torch::Tensor& out, const torch::Tensor& in) {
+  DDPLAB_CHECK(in.dim() > 0 && in.size(0) % size_ == 0,
+               fmt::format("reduce_scatter on rank {}: dim 0 ({}) is not divisible by {} ranks", rank_,
+                           in.dim() > 0 ? in.size(0) : 0, size_));
+  DDPLAB_CHECK(out.numel() * size_ == in.numel(),
+               fmt::format("reduce_scatter on rank {}: the output holds {} elements, a chunk of the input {}", rank_,
+                           out.numel(), in.numel() / size_));
+  Recorder r(*this, Op::kReduceScatter, memory::bytes_of(in));
+  note_entered(Op::kReduceScatter, stats_.sequence, stats_.last_bytes);
+  at::Tensor i = staged(in).contiguous();
+  at::Tensor o = torch::empty_like(i);
+  std::vector<int64_t> equal;  // empty split sizes: equal chunks
+  wait(backend_->alltoall_base(o, i, equal, equal), Op::kReduceScatter);
+  // o holds chunk rank() of every rank, in rank order: their sum is this rank's chunk of the sum.
+  at::Tensor sum = o.view({size_, -1}).sum(0);
+  out.copy_(sum.view_as(out));
+}
+
 void ProcessGroup::send(const torch::Tensor& t, int dst, int tag) {
   Recorder r(*this, Op::kSend, memory::bytes_of(t));
   note_entered(Op::kSend, stats_.sequence, stats_.last_bytes);

@@ -124,6 +124,29 @@ TEST_P(Collectives, UnevenAllToAllDeliversEachRanksRowsInRankOrder) {
   });
 }
 
+TEST_P(Collectives, ReduceScatterGivesEachRankItsChunkOfTheSumAndCountsItsInput) {
+  const int world = GetParam();
+  run_ranks(world, [world](ProcessGroup& pg) {
+    // Rank r's input holds 1000 r + i; chunk c of the sum is sum_r (1000 r + i) over that chunk's i.
+    const int64_t chunk = 3;
+    const auto in = values(pg.rank(), chunk * world);
+    torch::Tensor out = torch::empty({chunk});
+    pg.reduce_scatter(out, in);
+    torch::Tensor want = torch::zeros({chunk});
+    for (int r = 0; r < world; ++r)
+      want += values(r, chunk * world).slice(0, chunk * pg.rank(), chunk * (pg.rank() + 1));
+    EXPECT_TRUE(torch::equal(out, want)) << "rank " << pg.rank();
+    const auto& s = pg.stats().ops[static_cast<size_t>(ddplab::dist::Op::kReduceScatter)];
+    EXPECT_EQ(s.calls, 1);
+    EXPECT_EQ(s.bytes, chunk * world * 4);
+    EXPECT_EQ(pg.stats().ops[static_cast<size_t>(ddplab::dist::Op::kAllToAll)].calls, 0) << "counted once, as itself";
+    if (world > 1) {
+      torch::Tensor wrong = torch::empty({chunk + 1});
+      EXPECT_THROW(pg.reduce_scatter(wrong, in), ddplab::Error) << "an output that is not one chunk";
+    }
+  });
+}
+
 TEST(ProcessGroup, UnevenAllToAllNamesSplitsThatDoNotFitTheTensor) {
   run_ranks(1, [](ProcessGroup& pg) {
     auto out = torch::empty({4});

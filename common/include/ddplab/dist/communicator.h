@@ -19,9 +19,17 @@
 
 namespace ddplab::dist {
 
-enum class Op { kAllreduce = 0, kBroadcast, kAllgather, kAllToAll, kSend, kRecv, kBarrier, kCount };
+enum class Op { kAllreduce = 0, kBroadcast, kAllgather, kAllToAll, kSend, kRecv, kBarrier, kReduceScatter, kCount };
 inline constexpr int kNumOps = static_cast<int>(Op::kCount);
 const char* op_name(Op op);
+
+/// Bytes one rank sends for a collective of `payload` bytes (the bytes counted in OpStats: the
+/// input tensor's) on `world` ranks, by the ring algorithm's arithmetic (nccl-tests' "bus
+/// bandwidth" factors): an all-reduce is a reduce-scatter then an all-gather and sends
+/// 2(N-1)/N x payload; a reduce-scatter (N-1)/N x payload; an all-gather (N-1) x payload (its
+/// input is one rank's chunk); an all-to-all (N-1)/N x payload; a broadcast, a send: the payload;
+/// a receive, a barrier: 0. One rank: 0 for every collective. Rounded down.
+int64_t ring_bytes(Op op, int64_t payload, int world);
 
 /// Per-collective counters: calls, payload bytes (this rank's input tensor bytes) and the
 /// wall time this rank spent inside the call (waiting for the collective to complete).
@@ -84,6 +92,11 @@ class Communicator {
   /// even one: the call and the bytes of `in`.
   virtual void all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& out_splits,
                           const std::vector<int64_t>& in_splits) = 0;
+  /// Sums `in` over ranks and gives each rank its chunk of the sum: `in` splits along dim 0 into
+  /// size() equal chunks, and `out` (shaped like one chunk) receives chunk rank() of the sum. The
+  /// sharded optimizer's gradient reduction (lab 10). Counted as Op::kReduceScatter with the bytes
+  /// of `in`.
+  virtual void reduce_scatter(torch::Tensor& out, const torch::Tensor& in) = 0;
   virtual void send(const torch::Tensor& t, int dst, int tag = 0) = 0;
   virtual void recv(torch::Tensor& t, int src, int tag = 0) = 0;
   virtual void barrier() = 0;

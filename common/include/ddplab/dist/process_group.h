@@ -72,6 +72,11 @@ class ProcessGroup final : public Communicator {
   /// exchange.
   void all_to_all(torch::Tensor& out, const torch::Tensor& in, const std::vector<int64_t>& out_splits,
                   const std::vector<int64_t>& in_splits) override;
+  /// The even all-to-all (chunk r of `in` to rank r: the (N-1)/N x payload a ring reduce-scatter
+  /// sends) and a sum of the N chunks that arrive, on every backend alike: Gloo 1.13 has no
+  /// reduce-scatter, and one path is one behaviour to test. NCCL's own reduce-scatter would move
+  /// the same bytes; the NCCL path of this one has not run on a GPU.
+  void reduce_scatter(torch::Tensor& out, const torch::Tensor& in) override;
   void send(const torch::Tensor& t, int dst, int tag = 0) override;
   void recv(torch::Tensor& t, int src, int tag = 0) override;
   void barrier() override;
