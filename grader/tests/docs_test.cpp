@@ -165,8 +165,16 @@ TEST(Docs, TheMetricsPageListsEveryGradedVerdict) {
         continue;
       }
       if (it->first.first != "*") {
-        EXPECT_EQ(it->second, c.exercise) << "verdict '" << id << "' of " << spec.folder
-                                          << ": the table's exercise is not the one check '" << c.id << "' grades";
+        // A verdict one program establishes in two modes lists both exercises ("10.2, 10.3").
+        std::vector<std::string> ids;
+        for (size_t at = 0; at <= it->second.size();) {
+          const size_t comma = std::min(it->second.find(", ", at), it->second.size());
+          ids.push_back(it->second.substr(at, comma - at));
+          at = comma + 2;
+        }
+        EXPECT_NE(std::find(ids.begin(), ids.end(), c.exercise), ids.end())
+            << "verdict '" << id << "' of " << spec.folder << ": the table's exercise (" << it->second
+            << ") is not the one check '" << c.id << "' grades (" << c.exercise << ")";
       }
     }
   }
