@@ -14,6 +14,15 @@ if(LAB_TREE STREQUAL "solutions")
                     verdicts.state_within_budget.ok=ON verdicts.grads_within_budget.ok=ON
                     verdicts.comm_like_allreduce.ok=ON verdicts.reshard_identical.ok=ON verdicts.params_identical.ok=ON
                     sharding.traffic.allreduce.calls=0)
+  # The same over the kit's MPI backend (Open MPI's shared memory; the reduce-scatter through its
+  # all-to-all), ranks started by mpirun.
+  find_program(DDPLAB_MPIRUN mpirun)
+  if(DDPLAB_MPIRUN)
+    ddplab_lab_run(zero2_mpi_2 RANKS 2 ARGS ${args} --batch 384 --shard zero2 --checkpoint --backend mpi
+                   LAUNCHER ${DDPLAB_MPIRUN};--allow-run-as-root;--oversubscribe;-np;2;-x;MASTER_ADDR=127.0.0.1;-x;MASTER_PORT=29563
+                   EQ status=ok backend=mpi verdicts.matches_ddp_adam.ok=ON verdicts.comm_like_allreduce.ok=ON
+                      verdicts.reshard_identical.ok=ON verdicts.params_identical.ok=ON)
+  endif()
 else()
   # The skeleton lists every exercise and trains as DDP + Adam.
   ddplab_skeleton_run(skeleton_run RANKS 2 EXERCISES 10.1 10.2 10.3 10.4 ARGS ${args} --batch 384 --checkpoint
