@@ -11,6 +11,7 @@ void setup_bench(CLI::App& app);      // bench train | allreduce | scaling | gra
 void setup_launch(CLI::App& app);     // launch -n N -- PROGRAM ARGS
 void setup_grade(CLI::App& app);      // grade LAB... | --all [--submission P | --batch DIR]
 void setup_trace(CLI::App& app);      // trace merge OUT IN...
+void setup_flight(CLI::App& app);     // flight DIR
 void setup_pack(CLI::App& app);       // pack LAB... [--out FILE]
 void setup_preflight(CLI::App& app);  // preflight [options] -- PROGRAM-ARGS
 void setup_forecast(CLI::App& app);   // forecast [options] -- PROGRAM-ARGS

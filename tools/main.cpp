@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   ddplab::tools::setup_launch(app);
   ddplab::tools::setup_grade(app);
   ddplab::tools::setup_trace(app);
+  ddplab::tools::setup_flight(app);
   ddplab::tools::setup_pack(app);
   ddplab::tools::setup_preflight(app);
   ddplab::tools::setup_forecast(app);

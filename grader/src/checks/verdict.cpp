@@ -40,7 +40,22 @@ void check_verdict(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   if (!runs_usable(c, ctx, r)) return;
   const auto& run = the_run(c, ctx);
   const std::string id = c.text("verdict");
-  const auto reps = reports(run);
+  // rank = "0" reads rank 0's report alone: in a run meant to fail, the launcher's fail-fast may
+  // stop the other ranks before they write theirs, while rank 0 recorded what the job found.
+  std::vector<json> reps;
+  if (c.text("rank") == "all" || run.rank.empty()) {
+    reps = reports(run);
+  } else if (!run.rank[0].report) {
+    // The job stopped before rank 0 could record anything: what stopped it, and what the check
+    // expected the program to have found instead (its diagnosis).
+    fail(r,
+         fmt::format("run '{}': {}{}", run.name, run.rank[0].report_error,
+                     run.summary.empty() ? std::string() : "; the run: " + failure_cause(run)),
+         c.diagnosis);
+    return;
+  } else {
+    reps.push_back(*run.rank[0].report);
+  }
   const size_t ranks = c.text("rank") == "all" ? reps.size() : std::min<size_t>(1, reps.size());
   std::string said;
   for (size_t k = 0; k < ranks; ++k) {

@@ -74,6 +74,51 @@ TEST_F(VerdictCheck, AVerdictWithoutABooleanOkIsMalformed) {
   EXPECT_TRUE(has(grade("traffic"), Status::kFailed, "outputs are missing or malformed"));
 }
 
+TEST_F(VerdictCheck, InARunMeantToFailRankZerosVerdictIsEnoughWhenTheCheckReadsRankZero) {
+  // Fail-fast stopped rank 1 before it wrote a report; rank 0 recorded what the job found.
+  load(R"([[run]]
+name = "hang"
+ranks = 2
+expect_failure = true
+
+[[check]]
+id = "named0"
+kind = "verdict"
+name = "rank 0 names the hang"
+run = "hang"
+verdict = "boundary_traffic"
+rank = "0"
+
+[[check]]
+id = "named_all"
+kind = "verdict"
+name = "every rank names the hang"
+run = "hang"
+verdict = "boundary_traffic"
+)");
+  json rep0 = with(true);
+  rep0["status"] = "error";
+  rep0["message"] = "collective #21 failed";
+  auto& run = add_run("hang", {rep0, with(true)});
+  run.exit_code = 1;
+  run.rank[1].report.reset();
+  run.rank[1].report_error = "rank 1 wrote no report";
+  EXPECT_TRUE(has(grade("named0"), Status::kPassed));
+  const auto all = grade("named_all");
+  EXPECT_TRUE(has(all, Status::kFailed, "outputs are missing or malformed"));
+  EXPECT_EQ(all.observed, "run 'hang': rank 1 wrote no report");
+  // Rank 0 without a report (the job aborted first) fails with the check's own diagnosis and
+  // what stopped the run, whatever rank 1 wrote.
+  run.rank[0].report.reset();
+  run.rank[0].report_error = "rank 0 wrote no report";
+  run.rank[1].report = with(true);
+  run.summary = "rank 0 (pid 7) was killed by signal 6 (SIGABRT)";
+  const auto aborted = grade("named0");
+  EXPECT_TRUE(has(aborted, Status::kFailed, "the program established the opposite"));
+  EXPECT_EQ(aborted.observed,
+            "run 'hang': rank 0 wrote no report; the run: rank 0 (pid 7) was killed by signal 6 (SIGABRT)");
+}
+
 class VerdictFigures : public CheckTest {
  protected:
   void SetUp() override {
