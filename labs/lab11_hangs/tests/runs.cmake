@@ -33,6 +33,11 @@ if(LAB_TREE STREQUAL "solutions")
                    --fault uneven --fault-rank 1 --join --parity --backend mpi
                    LAUNCHER ${DDPLAB_MPIRUN};--allow-run-as-root;--oversubscribe;-np;3;-x;MASTER_ADDR=127.0.0.1;-x;MASTER_PORT=29571
                    EQ status=ok backend=mpi verdicts.join_weighted.ok=ON verdicts.params_identical.ok=ON)
+    # The fingerprint check over MPI: the same error, before Open MPI sees the mismatch.
+    ddplab_lab_run(extra_collective_mpi_2 RANKS 2 RC 1 REPORT 0 ARGS ${args} --fault extra-collective --backend mpi
+                   LAUNCHER ${DDPLAB_MPIRUN};--allow-run-as-root;--oversubscribe;-np;2;-x;MASTER_ADDR=127.0.0.1;-x;MASTER_PORT=29573
+                   EXPECT "collectives out of step at #21: rank 0 allreduce float\\[1\\]"
+                   EQ backend=mpi verdicts.desync_named.ok=ON TIMEOUT 60)
   endif()
 else()
   # The skeleton lists every exercise and trains with none of the tools.
