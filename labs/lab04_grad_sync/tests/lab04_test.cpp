@@ -215,19 +215,24 @@ TEST_P(Lab04Bucketed, GradientsAreTheOraclesMeanWithOneCollectivePerBucket) {
 }
 
 TEST_P(Lab04Bucketed, AParameterWithoutGradientContributesZeros) {
-  // Rank 0 uses the side branch, the others do not: their side gradients are undefined.
+  // One sync object over three steps, as training uses it: at step 0 every rank uses the side
+  // branch (its slot in the bucket fills); at steps 1 and 2 only rank 0 does, so the others' side
+  // gradients are undefined and their slot must hold zeros again, not what step 0 left there.
   const int world = GetParam();
   run_ranks(world, [world](ProcessGroup& pg) {
     Net net = make_net();
     auto oracle = ddplab::dist::make_grad_sync(ddplab::dist::SyncStrategy::kPerParam, pg, net->parameters());
     lab04::BucketedSync sync(pg, net->parameters(), kSmall);
-    const Input in = input(pg.rank(), 0);
-    const bool use_side = pg.rank() == 0;
-    const auto want = synced(*oracle, net, in, use_side);
-    const auto got = synced(sync, net, in, use_side);
-    EXPECT_EQ(compare(got, want, 1e-6), "") << "rank " << pg.rank();
-    if (world > 1) {
-      EXPECT_GT(got[5].abs().sum().item<float>(), 0.0f) << "rank 0's side gradient must arrive";
+    for (int step = 0; step < 3; ++step) {
+      SCOPED_TRACE(::testing::Message() << "rank " << pg.rank() << ", step " << step);
+      const Input in = input(pg.rank(), step);
+      const bool use_side = step == 0 || pg.rank() == 0;
+      const auto want = synced(*oracle, net, in, use_side);
+      const auto got = synced(sync, net, in, use_side);
+      EXPECT_EQ(compare(got, want, 1e-6), "");
+      if (world > 1) {
+        EXPECT_GT(got[5].abs().sum().item<float>(), 0.0f) << "rank 0's side gradient must arrive";
+      }
     }
   });
 }

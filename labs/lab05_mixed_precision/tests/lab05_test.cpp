@@ -159,8 +159,15 @@ TEST(Lab05Scaler, AScriptedRunFollowsGradScalersRules) {
   const std::vector<int64_t> want_tracker = {1, 2, 0, 0, 1, 0, 1, 2, 0, 1, 2, 0};
   for (size_t k = 0; k < bad.size(); ++k) {
     SCOPED_TRACE(::testing::Message() << "step " << k);
-    p.set_grad(1.0f, bad[k], 1.0f);
+    // The loss is scaled, and the gradients unscaled, by the scale of this step, which the backoffs
+    // and growths before it have changed: never by the initial one.
+    const auto s = static_cast<float>(scaler.scale_value());
+    EXPECT_FLOAT_EQ(scaler.scale(torch::tensor(1.5f)).item<float>(), 1.5f * s) << "scale() with the current scale";
+    p.set_grad(3.0f * s, bad[k], 3.0f * s);
     EXPECT_EQ(scaler.step(opt, p.params()), want_step[k]);
+    if (want_step[k]) {
+      EXPECT_FLOAT_EQ(p.w.grad()[0].item<float>(), 3.0f) << "unscale() divides by the current scale";
+    }
     scaler.update();
     EXPECT_EQ(scaler.scale_value(), want_scale[k]);
     EXPECT_EQ(scaler.growth_tracker(), want_tracker[k]);

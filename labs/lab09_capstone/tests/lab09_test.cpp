@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -220,11 +221,23 @@ TEST_F(Lab09Load, RestoresTheModelTheOptimizerAndThePosition) {
   EXPECT_EQ(b.digest(), a.digest()) << "the next step differs: the optimizer's state was not restored";
 }
 
+/// Adam's state (every moment and step count) as bytes, to compare before and after a load.
+std::string optimizer_bytes(torch::optim::Optimizer& opt) {
+  torch::serialize::OutputArchive a;
+  opt.save(a);
+  std::ostringstream out;
+  a.save_to(out);
+  return out.str();
+}
+
 /// Expects load_checkpoint to refuse `file` with a message naming it and containing `what`, and to
-/// leave `t`'s model as it was.
+/// leave `t`'s model and optimizer as they were. `t` has taken a step first, so that its Adam holds
+/// state a careless load could overwrite before it refuses.
 void expect_refused(const std::string& file, const lab09::JobIdentity& job, Trainer& t,
                     const std::vector<std::string>& what) {
+  t.step();
   const std::string before = t.digest();
+  const std::string adam_before = optimizer_bytes(*t.adam);
   try {
     (void)lab09::load_checkpoint(file, job, *t.model, *t.adam);
     ADD_FAILURE() << file << " was loaded; it must be refused";
@@ -234,10 +247,12 @@ void expect_refused(const std::string& file, const lab09::JobIdentity& job, Trai
     for (const auto& w : what) EXPECT_NE(m.find(w), std::string::npos) << "expected '" << w << "' in: " << m;
   }
   EXPECT_EQ(t.digest(), before) << "a refused checkpoint changed the model";
+  EXPECT_TRUE(optimizer_bytes(*t.adam) == adam_before) << "a refused checkpoint changed the optimizer's state";
 }
 
 TEST_F(Lab09Load, RefusesACheckpointOfAnotherWorldSize) {
   Trainer a(1);
+  a.step();  // the file holds Adam state, which a careless load could put into b before refusing
   write_checkpoint(path("c.pt"), header_for(a, 2), a);
   Trainer b(2);
   auto job = header_for(b, 4).job;
@@ -246,6 +261,7 @@ TEST_F(Lab09Load, RefusesACheckpointOfAnotherWorldSize) {
 
 TEST_F(Lab09Load, RefusesACheckpointOfAnotherModelNamingTheTensor) {
   Trainer a(1, 4);
+  a.step();  // the file holds Adam state, which a careless load could put into b before refusing
   write_checkpoint(path("c.pt"), header_for(a), a);
   Trainer b(2, 8);
   expect_refused(path("c.pt"), header_for(b).job, b, {"embedding.weight", "4]", "8]"});
@@ -253,6 +269,7 @@ TEST_F(Lab09Load, RefusesACheckpointOfAnotherModelNamingTheTensor) {
 
 TEST_F(Lab09Load, RefusesOtherBatchSeedOrData) {
   Trainer a(1);
+  a.step();  // the file holds Adam state, which a careless load could put into b before refusing
   write_checkpoint(path("c.pt"), header_for(a), a);
   Trainer b(2);
   auto job = header_for(b).job;
@@ -268,6 +285,7 @@ TEST_F(Lab09Load, RefusesOtherBatchSeedOrData) {
 
 TEST_F(Lab09Load, RefusesATruncatedFile) {
   Trainer a(1);
+  a.step();  // the file holds Adam state, which a careless load could put into b before refusing
   write_checkpoint(path("c.pt"), header_for(a), a);
   fs::resize_file(path("c.pt"), fs::file_size(path("c.pt")) / 2);
   Trainer b(2);
@@ -276,6 +294,7 @@ TEST_F(Lab09Load, RefusesATruncatedFile) {
 
 TEST_F(Lab09Load, RefusesTensorsThatDoNotMatchTheirDigest) {
   Trainer a(1);
+  a.step();  // the file holds Adam state, which a careless load could put into b before refusing
   write_checkpoint(path("c.pt"), header_for(a), a, "0123456789abcdef");  // as if a byte of a tensor flipped
   Trainer b(2);
   expect_refused(path("c.pt"), header_for(b).job, b, {"corrupt"});
