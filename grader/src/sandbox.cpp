@@ -183,7 +183,11 @@ std::vector<std::string> bwrap_command(const std::string& bwrap, const std::vect
       c.insert(c.end(), {"--ro-bind", dir, dir});
     }
   }
-  c.insert(c.end(), {"--dev", "/dev", "--proc", "/proc"});
+  // A private /dev (its own /dev/shm), /proc of its own PID namespace, and a /tmp of its own: a
+  // tmpfs, so TMPDIR is another file system than the run folder, as /tmp is on most machines (a
+  // file made in TMPDIR cannot be renamed into the run folder: EXDEV, as in real life). Binds
+  // below that lie under /tmp (a CI's clone) are mounted over it, in order.
+  c.insert(c.end(), {"--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"});
   std::vector<std::string> readable = read_only;
   if (!command.empty()) readable.push_back(command[0]);
   for (const auto& p : readable) {
@@ -192,8 +196,8 @@ std::vector<std::string> bwrap_command(const std::string& bwrap, const std::vect
   }
   const std::string w = absolute(writable);
   fs::create_directories(w);
-  // The root bwrap builds the tree in is a tmpfs: read-only too, so the run folder is the only
-  // place a write can land (no /tmp: TMPDIR points into the run folder).
+  // The root bwrap builds the tree in is a tmpfs: read-only too, so the run folder and the private
+  // /tmp are the only places a write can land.
   c.insert(c.end(), {"--bind", w, w, "--remount-ro", "/", "--chdir", w, "--"});
   if (!command.empty()) {
     c.push_back(absolute(command[0]));
@@ -309,9 +313,14 @@ Sandbox make_sandbox(SandboxMode mode, std::vector<std::string> read_only, const
 
 void confine(const Sandbox& sandbox, LaunchSpec& spec, const std::string& writable,
              const std::vector<std::string>& extra_read_only) {
-  const fs::path tmp = fs::absolute(writable) / "tmp";
-  fs::create_directories(tmp);
-  spec.extra_env["TMPDIR"] = tmp.string();
+  if (sandbox.enabled && !sandbox.as_user) {
+    spec.extra_env["TMPDIR"] = "/tmp";  // bwrap's private tmpfs (bwrap_command)
+  } else {
+    // Without bubblewrap there is no private /tmp: a folder of the run folder, on its file system.
+    const fs::path tmp = fs::absolute(writable) / "tmp";
+    fs::create_directories(tmp);
+    spec.extra_env["TMPDIR"] = tmp.string();
+  }
   if (!sandbox.enabled) return;
   if (sandbox.as_user) {
     // The run folder becomes the program's own (and nobody else's but root's); the folders above it

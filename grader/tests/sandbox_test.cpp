@@ -91,10 +91,12 @@ class SandboxTree : public ::testing::Test {
       EXPECT_EQ(out.find("bob's code"), std::string::npos);
     }
   }
-  /// It writes neither the grader's files, nor the data, nor the system.
+  /// It writes neither the grader's files, nor the data, nor the system. (Under bubblewrap a write
+  /// beside the run folder may succeed when the tree lies in /tmp, as here: it lands in the
+  /// sandbox's private /tmp, never in the grader's folder.)
   void expect_no_write_outside() {
     std::string out;
-    EXPECT_NE(sh("echo x > " + at("out/lab09/forged.json"), &out), 0) << out;
+    sh("echo x > " + at("out/lab09/forged.json"), &out);
     EXPECT_NE(sh("echo x > " + at("data/meta.json"), &out), 0) << out;
     EXPECT_NE(sh("echo x > /usr/ddplab_sandbox_test", &out), 0) << out;
     EXPECT_FALSE(fs::exists(root_ / "out/lab09/forged.json"));
@@ -131,10 +133,29 @@ TEST_F(Sandboxed, CannotReadSolutionsCalibrationOtherSubmissionsOrOutputs) {
 
 TEST_F(Sandboxed, CannotWriteOutsideItsRunFolder) {
   expect_no_write_outside();
-  // Nor /tmp: its TMPDIR is in the run folder.
+  // Nor the host's /tmp: its /tmp is a tmpfs of its own, gone with it.
   std::string out;
-  EXPECT_NE(sh("echo x > /tmp/ddplab_sandbox_test_tmp", &out), 0) << out;
+  EXPECT_EQ(sh("echo x > /tmp/ddplab_sandbox_test_tmp", &out), 0) << out;
   EXPECT_FALSE(fs::exists("/tmp/ddplab_sandbox_test_tmp"));
+}
+
+TEST_F(Sandboxed, SeesNeitherTheHostsTmpNorItsSharedMemory) {
+  std::ofstream("/tmp/ddplab_sandbox_test_host_tmp") << "the host's\n";
+  const bool shm = static_cast<bool>(std::ofstream("/dev/shm/ddplab_sandbox_test_host_shm") << "the host's\n");
+  std::string out;
+  EXPECT_NE(sh("cat /tmp/ddplab_sandbox_test_host_tmp", &out), 0) << "the host's /tmp is visible: " << out;
+  if (shm) EXPECT_NE(sh("cat /dev/shm/ddplab_sandbox_test_host_shm", &out), 0) << "the host's /dev/shm: " << out;
+  fs::remove("/tmp/ddplab_sandbox_test_host_tmp");
+  std::error_code ec;
+  fs::remove("/dev/shm/ddplab_sandbox_test_host_shm", ec);
+}
+
+TEST_F(Sandboxed, ItsTmpdirIsAnotherFileSystemThanItsRunFolder) {
+  // A checkpoint written in $TMPDIR and renamed into the run folder fails (EXDEV) as it would on a
+  // machine whose /tmp is a tmpfs or another disk: the sandbox must not make that mistake pass.
+  std::string out;
+  EXPECT_EQ(sh("echo t > \"$TMPDIR/ckpt\" && stat -c %d \"$TMPDIR\" . | uniq | wc -l", &out), 0) << out;
+  EXPECT_EQ(out, "2\n") << "TMPDIR and the run folder share a file system";
 }
 
 TEST_F(Sandboxed, SeesNoProcessOfTheGrader) {

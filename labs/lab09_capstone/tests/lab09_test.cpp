@@ -2,9 +2,11 @@
 // format in lab09.h; the checkpoint reader (09.2), given files the test writes itself; the cost
 // meter and the budget alarm (09.3). Each exercise's tests call only its own code.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -159,6 +161,40 @@ TEST_F(Lab09Save, LeavesNoTemporaryFileBehind) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(scratch_.dir())) names.push_back(e.path().filename().string());
   EXPECT_EQ(names, std::vector<std::string>{"ckpt.pt"}) << fmt::format("{}", fmt::join(names, ", "));
+}
+
+TEST_F(Lab09Save, WorksWhenTheTemporaryFolderIsAnotherFileSystem) {
+  // On most machines /tmp is a tmpfs or another disk: a file made in TMPDIR cannot be renamed into
+  // the checkpoint's folder (EXDEV). Here TMPDIR is a folder of /dev/shm, the checkpoint's folder
+  // is elsewhere; a save that goes through TMPDIR fails as it would on a cluster.
+  const fs::path shm = fs::path("/dev/shm") / fmt::format("ddplab-lab09-test-{}", ::getpid());
+  fs::create_directories(shm);
+  struct stat a_st {
+  }, b_st{};
+  ASSERT_EQ(::stat(shm.c_str(), &a_st), 0);
+  ASSERT_EQ(::stat(scratch_.dir().c_str(), &b_st), 0);
+  ASSERT_NE(a_st.st_dev, b_st.st_dev) << "this test needs /dev/shm on another file system than " << scratch_.dir();
+  const char* was = std::getenv("TMPDIR");
+  const std::string saved = was ? was : "";
+  ::setenv("TMPDIR", shm.c_str(), 1);
+  Trainer a(1);
+  std::string error;
+  try {
+    lab09::save_checkpoint(path("ckpt.pt"), header_for(a), *a.model, *a.adam);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  if (was) {
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  } else {
+    ::unsetenv("TMPDIR");
+  }
+  const bool left = fs::exists(shm) && !fs::is_empty(shm);
+  fs::remove_all(shm);
+  EXPECT_EQ(error, "") << "write the temporary file in the checkpoint's own folder: rename(2) does not cross file "
+                          "systems";
+  EXPECT_TRUE(fs::exists(path("ckpt.pt")));
+  EXPECT_FALSE(left) << "a temporary file was left in TMPDIR";
 }
 
 TEST_F(Lab09Save, AFailureNamesThePathAndLeavesThePreviousFile) {
