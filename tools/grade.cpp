@@ -28,6 +28,7 @@ struct GradeCli {
   std::string submission, batch, tree, out = "grade-results", data, kit, build, calibration, sandbox = "auto";
   std::vector<std::string> checks, overlays;
   double run_timeout = 0, test_timeout = 0, quiet_wait = 120;
+  int leaderboard = 0;
   bool no_build = false, calibrate = false, check_calibration = false, no_color = false, quiet = false;
 };
 
@@ -46,6 +47,7 @@ int run_grade(const GradeCli& o) {
   go.run_timeout_s = o.run_timeout;
   go.test_timeout_s = o.test_timeout;
   go.quiet_wait_s = o.quiet_wait;
+  go.leaderboard_repeats = o.leaderboard;
   go.color = !o.no_color && ::isatty(STDOUT_FILENO);
   go.quiet = o.quiet;
   go.sandbox = o.sandbox;
@@ -141,6 +143,11 @@ void setup_grade(CLI::App& app) {
                   "Before measuring a failed timing check again, wait for the machine to give the runs their cores, "
                   "up to this many seconds in all for one lab (0: measure again at once)")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  sub->add_option("--leaderboard", o->leaderboard,
+                  "Measure each [[leaderboard]] figure of the specs N times (its check's runs made again) and put "
+                  "the median and the spread in results.json's leaderboard (0: none)")
+      ->check(CLI::Range(0, 9))
       ->capture_default_str();
   sub->add_flag("--calibrate", o->calibrate, "Measure the reference solutions on this machine and store their figures");
   sub->add_flag("--check-calibration", o->check_calibration,

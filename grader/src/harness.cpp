@@ -91,6 +91,15 @@ LabSpec effective_spec(const LabSpec& full, const GradeOptions& o) {
     if (used.count(r.name)) runs.push_back(r);
   }
   spec.runs = std::move(runs);
+  // A leaderboard entry stays only with its check and the checks it requires.
+  std::vector<LeaderboardSpec> board;
+  for (const auto& l : full.leaderboard) {
+    auto selected = [&](const std::string& id) {
+      return std::any_of(spec.checks.begin(), spec.checks.end(), [&](const CheckSpec& c) { return c.id == id; });
+    };
+    if (selected(l.check) && std::all_of(l.gates.begin(), l.gates.end(), selected)) board.push_back(l);
+  }
+  spec.leaderboard = std::move(board);
   return spec;
 }
 
@@ -185,6 +194,9 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
     result.checks.push_back(std::move(r));
   }
   blame_earlier_exercises(spec, result.checks);
+  if (o.leaderboard_repeats > 0 && !spec.leaderboard.empty()) {
+    result.leaderboard = parts::measure_leaderboard(spec.leaderboard, result.checks, ctx, out / "runs", say);
+  }
   std::sort(result.not_attempted.begin(), result.not_attempted.end());
   fs::remove_all(ctx.work_dir);
   result.seconds = seconds_since(start);

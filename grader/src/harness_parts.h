@@ -80,6 +80,13 @@ RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const std::filesystem
 /// the observation says how many were taken. The threshold never moves.
 CheckResult measure_check(const CheckSpec& c, GradeContext& ctx, const std::filesystem::path& runs_dir,
                           double& quiet_wait_left, const Say& say);
+/// The [[leaderboard]] entries measured o.leaderboard_repeats times each: the graded check's
+/// figure first, then, per further measurement, the check's runs made again and the check graded
+/// again (once for all the entries of one check). An entry is not counted (with the reason) when
+/// a check it requires did not pass or its figure is missing.
+std::vector<LeaderboardResult> measure_leaderboard(const std::vector<LeaderboardSpec>& entries,
+                                                   const std::vector<CheckResult>& graded, GradeContext& ctx,
+                                                   const std::filesystem::path& runs_dir, const Say& say);
 
 // ---- exercise status (exercise_status.cpp) ----
 

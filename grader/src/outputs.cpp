@@ -244,6 +244,23 @@ std::string lab_charts(const LabResult& lab, fs::file_time_type since) {
 
 }  // namespace
 
+void summarize(LeaderboardResult& r) {
+  if (r.values.empty()) return;
+  std::vector<double> v = r.values;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  r.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  r.spread = v.back() - v.front();
+}
+
+std::string leaderboard_text(const LeaderboardResult& l) {
+  if (!l.counted) return fmt::format("{}: {}", l.name, l.why);
+  std::string values;
+  for (double v : l.values) values += (values.empty() ? "" : ", ") + fmt::format("{:.4g}", v);
+  return fmt::format("{}: {:.4g} (median of {} measurement(s): {}; spread {:.3g}, {:.1f} % of the median)", l.name,
+                     l.median, l.values.size(), values, l.spread, l.median != 0 ? 100 * l.spread / l.median : 0.0);
+}
+
 json gradescope_results(const std::vector<LabResult>& labs) {
   json tests = json::array();
   double score = 0, seconds = 0;
@@ -271,8 +288,23 @@ json gradescope_results(const std::vector<LabResult>& labs) {
       tests.push_back(std::move(t));
     }
   }
-  return {{"score", score},          {"execution_time", seconds},     {"output", output},
-          {"visibility", "visible"}, {"stdout_visibility", "hidden"}, {"tests", tests}};
+  json out = {{"score", score},          {"execution_time", seconds},     {"output", output},
+              {"visibility", "visible"}, {"stdout_visibility", "hidden"}, {"tests", tests}};
+  // Gradescope's leaderboard: a column per entry, the median of its measurements, and a column of
+  // their spread, so that a ranking shows how far the measurement itself moves.
+  json board = json::array();
+  for (const auto& lab : labs) {
+    for (const auto& l : lab.leaderboard) {
+      if (!l.counted) continue;
+      board.push_back({{"name", fmt::format("{}: {}", lab.lab, l.name)}, {"value", l.median}, {"order", l.order}});
+      board.push_back({{"name", fmt::format("{}: {} (spread of {})", lab.lab, l.name, l.values.size())},
+                       {"value", l.spread},
+                       {"order", "asc"}});
+    }
+    for (const auto& l : lab.leaderboard) out["output"] = out["output"].get<std::string>() + leaderboard_text(l) + "\n";
+  }
+  if (!board.empty()) out["leaderboard"] = board;
+  return out;
 }
 
 std::string junit_xml(const std::vector<LabResult>& labs) {
@@ -346,7 +378,13 @@ std::string html_report(const std::vector<LabResult>& labs) {
       }
       h += "</td></tr>\n";
     }
-    h += "</table>\n" + lab_charts(lab, since);
+    h += "</table>\n";
+    if (!lab.leaderboard.empty()) {
+      h += "<h3>Leaderboard</h3>\n<ul>\n";
+      for (const auto& l : lab.leaderboard) h += fmt::format("<li>{}</li>\n", xml_escape(leaderboard_text(l)));
+      h += "</ul>\n";
+    }
+    h += lab_charts(lab, since);
   }
   h += "</body></html>\n";
   return h;
@@ -382,6 +420,7 @@ std::string terminal_summary(const std::vector<LabResult>& labs, bool color) {
       for (const auto& id : lab.not_attempted) ids += (ids.empty() ? "" : ", ") + id;
       out += paint("33", fmt::format("  not attempted: exercise(s) {}\n", ids));
     }
+    for (const auto& l : lab.leaderboard) out += fmt::format("  leaderboard: {}\n", leaderboard_text(l));
     out += fmt::format("  results: {}\n", lab.out_dir);
   }
   if (labs.size() > 1) {

@@ -380,6 +380,61 @@ void parse_checks(const std::string& path, const toml::table& root, LabSpec& s, 
   }
 }
 
+/// [[leaderboard]] entries: each names a check of the spec and one of the figures its kind records
+/// (leaderboard_figures, checks.h). an order, and the checks that must pass for it to count.
+void parse_leaderboard(const std::string& path, const toml::table& root, LabSpec& s) {
+  const auto* n = root.get("leaderboard");
+  if (!n) return;
+  const auto* arr = n->as_array();
+  if (!arr)
+    throw ConfigError(fmt::format("{}: 'leaderboard' must be an array of tables ([[leaderboard]])", where(path, *n)));
+  std::set<std::string> names;
+  auto find_check = [&](const std::string& id) -> const CheckSpec* {
+    for (const auto& c : s.checks) {
+      if (c.id == id) return &c;
+    }
+    return nullptr;
+  };
+  for (const auto& e : *arr) {
+    if (!e.is_table()) throw ConfigError(fmt::format("{}: each [[leaderboard]] must be a table", where(path, e)));
+    Reader r(path, *e.as_table(), "[[leaderboard]]");
+    LeaderboardSpec l;
+    l.line = static_cast<int>(e.source().begin.line);
+    l.name = r.str("name", true);
+    l.check = r.str("check", true);
+    l.figure = r.str("figure", true);
+    l.order = r.str("order", false, "desc");
+    l.gates = r.strs("requires", false);
+    r.no_other_keys();
+    if (l.name.empty() || !names.insert(l.name).second) {
+      throw ConfigError(fmt::format("{}: [[leaderboard]] name '{}' is empty or used twice", where(path, e), l.name));
+    }
+    const CheckSpec* c = find_check(l.check);
+    if (c == nullptr) {
+      throw ConfigError(
+          fmt::format("{}: [[leaderboard]] '{}': no check with id '{}'", where(path, e), l.name, l.check));
+    }
+    const auto figures = leaderboard_figures(c->kind);
+    if (std::find(figures.begin(), figures.end(), l.figure) == figures.end()) {
+      throw ConfigError(fmt::format("{}: [[leaderboard]] '{}': a {} check records no figure '{}'{}", where(path, e),
+                                    l.name, c->kind, l.figure,
+                                    figures.empty() ? std::string(" (it records none)")
+                                                    : fmt::format(" (it records: {})", fmt::join(figures, ", "))));
+    }
+    if (l.order != "asc" && l.order != "desc") {
+      throw ConfigError(fmt::format("{}: [[leaderboard]] '{}': order must be \"asc\" or \"desc\", not '{}'",
+                                    where(path, e), l.name, l.order));
+    }
+    for (const auto& g : l.gates) {
+      if (find_check(g) == nullptr) {
+        throw ConfigError(
+            fmt::format("{}: [[leaderboard]] '{}': requires '{}', which is no check's id", where(path, e), l.name, g));
+      }
+    }
+    s.leaderboard.push_back(std::move(l));
+  }
+}
+
 }  // namespace
 
 std::string overlay_lab(const std::string& overlay_path) {
@@ -394,10 +449,11 @@ LabSpec load_spec(const std::string& path, const std::vector<std::string>& overl
   s.path = path;
   for (const auto& [k, v] : root) {
     const std::string key(k.str());
-    if (key != "lab" && key != "limits" && key != "run" && key != "check" && key != "forbidden") {
-      throw ConfigError(
-          fmt::format("{}: unknown top-level key '{}' (expected [lab], [limits], [[run]], [[check]], [forbidden])",
-                      where(path, v), key));
+    if (key != "lab" && key != "limits" && key != "run" && key != "check" && key != "forbidden" &&
+        key != "leaderboard") {
+      throw ConfigError(fmt::format(
+          "{}: unknown top-level key '{}' (expected [lab], [limits], [[run]], [[check]], [forbidden], [[leaderboard]])",
+          where(path, v), key));
     }
   }
   {
@@ -479,6 +535,7 @@ LabSpec load_spec(const std::string& path, const std::vector<std::string>& overl
   parse_checks(path, root, s, names, check_names, check_ids);
   for (const auto& [o, t] : extra) parse_checks(o, t, s, names, check_names, check_ids);
   if (s.checks.empty()) throw ConfigError(fmt::format("{}: no [[check]] defined", path));
+  parse_leaderboard(path, root, s);
   return s;
 }
 

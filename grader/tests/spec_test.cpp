@@ -537,3 +537,133 @@ TEST(Outputs, JunitAndHtmlEscapeWhatStudentsPrint) {
 }
 
 }  // namespace
+
+namespace ddplab::grader {
+namespace {
+
+class LeaderboardSpecs : public ::testing::Test {
+ protected:
+  /// A spec with a scaling check, an AUC check and `board` appended.
+  std::string text(const std::string& board) {
+    return R"([lab]
+title = "Lab 09"
+folder = "lab09_x"
+program = "lab09_x"
+manifest = ["lab09_student.cpp"]
+exercises = ["09.1"]
+
+[[run]]
+name = "one"
+ranks = 1
+save_model = true
+
+[[run]]
+name = "two"
+ranks = 2
+
+[[check]]
+id = "learns"
+kind = "auc"
+name = "learns"
+run = "one"
+
+[[check]]
+id = "scales"
+kind = "scaling"
+name = "scales"
+runs = ["one", "two"]
+reference = 0.5
+)" + board;
+  }
+  std::string error_of(const std::string& board) {
+    const std::string p = (scratch_.dir() / "grade.toml").string();
+    std::ofstream(p) << text(board);
+    try {
+      load_spec(p);
+    } catch (const ddplab::ConfigError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  }
+  ddplab::testing::ScratchDir scratch_;
+};
+
+TEST_F(LeaderboardSpecs, AnEntryNamesACheckAFigureItsKindRecordsAnOrderAndItsGates) {
+  const std::string p = (scratch_.dir() / "grade.toml").string();
+  std::ofstream(p) << text(
+      "[[leaderboard]]\nname = \"samples/s\"\ncheck = \"scales\"\nfigure = \"unique_samples_per_s\"\n"
+      "requires = [\"learns\"]\n\n[[leaderboard]]\nname = \"auc\"\ncheck = \"learns\"\nfigure = \"auc\"\n"
+      "order = \"desc\"\n");
+  const LabSpec s = load_spec(p);
+  ASSERT_EQ(s.leaderboard.size(), 2u);
+  EXPECT_EQ(s.leaderboard[0].check, "scales");
+  EXPECT_EQ(s.leaderboard[0].order, "desc");
+  EXPECT_EQ(s.leaderboard[0].gates, std::vector<std::string>{"learns"});
+  // Selecting a check drops the entries whose check or gates are not selected.
+  GradeOptions o;
+  o.only_checks = {"scales"};
+  EXPECT_TRUE(effective_spec(s, o).leaderboard.empty());
+  o.only_checks = {"scales", "learns"};
+  EXPECT_EQ(effective_spec(s, o).leaderboard.size(), 2u);
+  o.only_checks = {"learns"};
+  ASSERT_EQ(effective_spec(s, o).leaderboard.size(), 1u);
+  EXPECT_EQ(effective_spec(s, o).leaderboard[0].name, "auc");
+}
+
+TEST_F(LeaderboardSpecs, MistakesAreNamedWithTheLine) {
+  const std::string head = "[[leaderboard]]\nname = \"x\"\n";
+  EXPECT_NE(error_of(head + "check = \"nope\"\nfigure = \"auc\"\n").find("no check with id 'nope'"), std::string::npos);
+  EXPECT_NE(error_of(head + "check = \"scales\"\nfigure = \"auc\"\n")
+                .find("a scaling check records no figure 'auc' (it records: efficiency, unique_samples_per_s)"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "check = \"learns\"\nfigure = \"auc\"\norder = \"up\"\n").find("order must be"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "check = \"learns\"\nfigure = \"auc\"\nrequires = [\"ghost\"]\n").find("requires 'ghost'"),
+            std::string::npos);
+  EXPECT_NE(error_of(head + "check = \"learns\"\nfigure = \"auc\"\nvalue = 3\n").find("unknown key 'value'"),
+            std::string::npos);
+  const std::string twice = head + "check = \"learns\"\nfigure = \"auc\"\n";
+  EXPECT_NE(error_of(twice + "\n" + twice).find("used twice"), std::string::npos);
+  EXPECT_NE(error_of(head + "check = \"learns\"\nfigure = \"auc\"\n").find("(no error)"), std::string::npos);
+  EXPECT_NE(error_of(head + "figure = \"auc\"\n").find("grade.toml:"), std::string::npos);
+}
+
+TEST(Outputs, ALeaderboardIsTheMedianOfItsMeasurementsWithTheirSpread) {
+  LabResult lab;
+  lab.lab = "lab09";
+  lab.title = "Lab 09";
+  LeaderboardResult a;
+  a.name = "samples/s";
+  a.order = "desc";
+  a.values = {9000, 8000, 10000};
+  summarize(a);
+  a.counted = true;
+  EXPECT_EQ(a.median, 9000);
+  EXPECT_EQ(a.spread, 2000);
+  LeaderboardResult b;
+  b.name = "efficiency";
+  b.why = "not counted: check 'learns' did not pass";
+  lab.leaderboard = {a, b};
+  const auto j = gradescope_results({lab});
+  ASSERT_TRUE(j.contains("leaderboard"));
+  ASSERT_EQ(j["leaderboard"].size(), 2u);  // the median and the spread of the counted entry
+  EXPECT_EQ(j["leaderboard"][0]["name"], "lab09: samples/s");
+  EXPECT_EQ(j["leaderboard"][0]["value"], 9000);
+  EXPECT_EQ(j["leaderboard"][0]["order"], "desc");
+  EXPECT_EQ(j["leaderboard"][1]["name"], "lab09: samples/s (spread of 3)");
+  EXPECT_EQ(j["leaderboard"][1]["value"], 2000);
+  EXPECT_EQ(j["leaderboard"][1]["order"], "asc");
+  const std::string out = j["output"];
+  EXPECT_NE(out.find("samples/s: 9000 (median of 3 measurement(s): 9000, 8000, 1e+04; spread 2e+03"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("efficiency: not counted: check 'learns' did not pass"), std::string::npos) << out;
+  EXPECT_NE(terminal_summary({lab}, false).find("leaderboard: samples/s: 9000"), std::string::npos);
+  EXPECT_FALSE(gradescope_results({LabResult{}}).contains("leaderboard"));
+  LeaderboardResult even;
+  even.values = {1, 4, 2, 3};
+  summarize(even);
+  EXPECT_EQ(even.median, 2.5);
+}
+
+}  // namespace
+}  // namespace ddplab::grader

@@ -10,6 +10,7 @@ void check_auc(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   const auto& run = the_run(c, ctx);
   const ModelScore e = evaluate_saved(run.model, run.data_dir, eval_count(c.integer("eval_samples"), run.data_dir));
   r.figure = e.auc;
+  r.figures["auc"] = e.auc;
   const double tol = c.number("tolerance");
   const auto [ref, source] = reference_figure(c, ctx);
   const std::string obs = fmt::format(

@@ -40,6 +40,12 @@ bool is_timing_kind(const std::string& kind) {
   return k != nullptr && k->timing;
 }
 
+std::vector<std::string> leaderboard_figures(const std::string& kind) {
+  if (kind == "scaling") return {"efficiency", "unique_samples_per_s"};
+  if (kind == "auc") return {"auc"};
+  return {};
+}
+
 namespace {
 
 bool has_type(const nlohmann::json& v, ParamType t) {

@@ -34,6 +34,8 @@ void check_scaling(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   const UniqueRate uN = unique_rate(many, train_size(ctx, c.runs[1]));
   const double eff = u1.rate > 0 ? uN.rate / (u1.rate * many.ranks) : 0;
   r.figure = eff;
+  r.figures["efficiency"] = eff;
+  r.figures["unique_samples_per_s"] = uN.rate;
   const auto [ref, source] = reference_figure(c, ctx);
   const double rel = c.number("min_relative");
   // Samples the ranks processed more than once across the job: work that the efficiency does not

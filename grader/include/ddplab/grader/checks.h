@@ -79,6 +79,9 @@ const CheckKind* find_kind(const std::string& name);
 /// Whether the kind named `kind` is a timing kind (CheckKind::timing: scaling, exposed_comm,
 /// data_wait); the other kinds' figures are exact or statistical.
 bool is_timing_kind(const std::string& kind);
+/// The named figures a check of kind `kind` records for a [[leaderboard]] (CheckResult::figures):
+/// scaling: "efficiency", "unique_samples_per_s"; auc: "auc". Empty for the other kinds.
+std::vector<std::string> leaderboard_figures(const std::string& kind);
 
 /// Validates a parsed [[check]] against its kind and fills in every parameter's default, so a
 /// check reads each declared parameter with the typed accessors of CheckSpec. Throws ConfigError

@@ -32,6 +32,9 @@ struct CheckResult {
   std::string details;    ///< longer output (test failures, log tails)
   double seconds = 0;
   std::optional<double> figure;  ///< the measured figure a calibration stores (AUC, efficiency)
+  /// Named figures a leaderboard may show (leaderboard_figures of the kind, checks.h): a scaling
+  /// check's "efficiency" and "unique_samples_per_s" (the N-rank run's).
+  std::map<std::string, double> figures;
   /// A failed timing check whose verdict no timing can change (lab 03's repeated samples,
   /// counted exactly): the harness does not measure it again.
   bool exact = false;
@@ -90,6 +93,9 @@ struct GradeOptions {
   /// Before measuring a failed timing check again, wait for the machine to give the runs their
   /// cores (contention.h), up to this long in all for one lab; 0: measure again at once.
   double quiet_wait_s = 120;
+  /// Measure each [[leaderboard]] figure this many times (its check's runs made again for each
+  /// after the first) and report the median and the spread; 0: no leaderboard.
+  int leaderboard_repeats = 0;
   bool build = true;  ///< (re)build the lab's targets before grading
   bool color = false;
   bool quiet = false;  ///< no progress lines
@@ -145,8 +151,22 @@ struct GradeContext {
 };
 
 /// The graded lab.
+/// One [[leaderboard]] entry as measured: the median of its measurements and their spread.
+struct LeaderboardResult {
+  std::string name, order;
+  std::vector<double> values;  ///< every measurement, in order
+  double median = 0;
+  double spread = 0;     ///< max - min of the values
+  bool counted = false;  ///< false: a required check failed, or the figure could not be measured
+  std::string why;       ///< when not counted: why
+};
+
+/// The median and the spread (max - min) of r.values into r.
+void summarize(LeaderboardResult& r);
+
 struct LabResult {
   std::string lab, title;
+  std::vector<LeaderboardResult> leaderboard;  ///< with --leaderboard N, the spec's entries
   std::vector<CheckResult> checks;
   std::vector<std::string> not_attempted;  ///< exercise ids not attempted
   double score = 0, max_score = 0;
@@ -184,6 +204,9 @@ std::vector<std::string> collect_submission(const LabSpec& spec, const std::stri
 
 /// Gradescope's results.json for one or more labs (scores summed).
 nlohmann::json gradescope_results(const std::vector<LabResult>& labs);
+/// "unique samples/s on 2 ranks: 1.234e+04 (median of 3 measurement(s): ...; spread ...)", or why
+/// the entry does not count.
+std::string leaderboard_text(const LeaderboardResult& l);
 /// JUnit XML: one testsuite per lab, one testcase per check.
 std::string junit_xml(const std::vector<LabResult>& labs);
 /// A self-contained HTML report.

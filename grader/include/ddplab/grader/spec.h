@@ -67,6 +67,19 @@ struct CheckSpec {
   std::vector<std::string> texts(const std::string& key) const;
 };
 
+/// A `[[leaderboard]]` entry: a figure of one graded check that Gradescope's leaderboard shows
+/// (results.json), measured `ddplab grade --leaderboard N` times (the check's runs made again each
+/// time) and given as the median of the N with their spread.
+struct LeaderboardSpec {
+  std::string name;            ///< the leaderboard's column ("unique samples/s on 2 ranks")
+  std::string check;           ///< id of the check whose figure it is
+  std::string figure;          ///< which of its figures (leaderboard_figures(kind), checks.h)
+  std::string order = "desc";  ///< desc: the highest first; asc: the lowest first
+  std::vector<std::string>
+      gates;  ///< checks that must pass for the entry to count (`requires` in TOML: the AUC a figure is "at")
+  int line = 0;
+};
+
 /// A lab's spec. For labs/<folder>/grade.toml, `id`, `folder` and `program` are the folder's name,
 /// `manifest` the files in solutions/<folder>/ and `exercises` the ids of their STUDENT CODE
 /// regions; a spec elsewhere (the grader's self-tests) declares them in [lab].
@@ -87,6 +100,7 @@ struct LabSpec {
   /// call, as qualified names ("ddplab::evaluate_model"). Found in the compiled student library's
   /// undefined symbols (rules.h); a call fails every check of that exercise.
   std::map<std::string, std::vector<std::string>> forbidden;
+  std::vector<LeaderboardSpec> leaderboard;  ///< [[leaderboard]], in order
 
   const RunSpec& run(const std::string& name) const;
   double max_score() const;
