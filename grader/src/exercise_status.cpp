@@ -52,6 +52,7 @@ void settle_attempt(const CheckSpec& c, const Progress& progress, CheckResult& r
       r.diagnosis =
           fmt::format("this check also runs exercise {}, which still holds NotImplemented stubs: finish {} first", ex,
                       ex);
+      r.blamed.push_back(ex);
       break;
     }
   }
@@ -79,7 +80,7 @@ void blame_earlier_exercises(const LabSpec& spec, std::vector<CheckResult>& chec
         std::find_if(spec.checks.begin(), spec.checks.end(), [&](const CheckSpec& x) { return x.id == r.id; });
     if (r.status != Status::kFailed || c == spec.checks.end()) continue;
     for (const auto& ex : c->builds_on) {
-      if (r.diagnosis.find(fmt::format("finish {} first", ex)) != std::string::npos) break;  // said already
+      if (std::find(r.blamed.begin(), r.blamed.end(), ex) != r.blamed.end()) break;  // said already
       const auto failed = std::find_if(checks.begin(), checks.end(), [&](const CheckResult& c) {
         return c.exercise == ex && (c.status == Status::kFailed || c.status == Status::kNotAttempted);
       });
@@ -87,6 +88,7 @@ void blame_earlier_exercises(const LabSpec& spec, std::vector<CheckResult>& chec
       r.diagnosis = fmt::format(
           "this check also runs your {} code, and {}'s check '{}' fails too: fix exercise {} first, then this one; {}",
           ex, ex, failed->name, ex, r.diagnosis);
+      r.blamed.push_back(ex);
       break;
     }
   }

@@ -175,6 +175,16 @@ TEST_F(Scratch, ACheckThatBuildsOnAnotherExerciseSendsTheStudentThereFirst) {
                                          result("later", "09.2", Status::kFailed, "the run failed")};
   blame_earlier_exercises(s, only_later);
   EXPECT_EQ(only_later[1].diagnosis, "the run failed") << "09.1 passes: the failure is 09.2's own";
+  // Whether 09.1 was blamed already is decided by id, not by the diagnosis's words: a diagnosis
+  // that happens to say "finish 09.1 first" is still told, and a check blamed once is not twice.
+  std::vector<CheckResult> worded = {result("same_params", "09.1", Status::kFailed, "ranks differ"),
+                                     result("later", "09.2", Status::kFailed, "finish 09.1 first, then retry")};
+  blame_earlier_exercises(s, worded);
+  EXPECT_EQ(worded[1].blamed, std::vector<std::string>{"09.1"});
+  EXPECT_EQ(worded[1].diagnosis.rfind("this check also runs your 09.1 code", 0), 0u) << worded[1].diagnosis;
+  const std::string once = worded[1].diagnosis;
+  blame_earlier_exercises(s, worded);
+  EXPECT_EQ(worded[1].diagnosis, once);
 
   auto self = text;
   self.replace(self.find("builds_on = [\"09.1\"]"), 20, "builds_on = [\"09.2\"]");

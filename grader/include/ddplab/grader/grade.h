@@ -35,6 +35,9 @@ struct CheckResult {
   /// Named figures a leaderboard may show (leaderboard_figures of the kind, checks.h): a scaling
   /// check's "efficiency" and "unique_samples_per_s" (the N-rank run's).
   std::map<std::string, double> figures;
+  /// The exercise ids this check's diagnosis already sends the student to first (builds_on), so
+  /// that the rule that blames earlier exercises names each once: by id, never by its wording.
+  std::vector<std::string> blamed;
   /// A failed timing check whose verdict no timing can change (lab 03's repeated samples,
   /// counted exactly): the harness does not measure it again.
   bool exact = false;
