@@ -4,6 +4,8 @@
 // A timing figure (scaling, data_wait) is the median of several measurements.
 #include <algorithm>
 #include <filesystem>
+#include <thread>
+#include <chrono>
 #include <map>
 
 #include <fmt/format.h>
@@ -11,6 +13,8 @@
 
 #include "ddplab/grader/batch.h"
 #include "ddplab/grader/checks.h"
+#include "ddplab/grader/contention.h"
+#include "ddplab/system.h"
 
 namespace fs = std::filesystem;
 
@@ -55,8 +59,16 @@ std::vector<std::string> calibration_gaps(const std::vector<LabSpec>& specs, con
   return gaps;
 }
 
+QuietWait wait_for_quiet_cores(int threads, double max_wait_s, const PrintFn& say) {
+  threads = std::min(threads, sys::usable_cores());
+  if (threads < 2) return QuietWait{static_cast<double>(threads), 0, true};
+  return wait_for_quiet_machine(
+      threads, kQuietShare, max_wait_s, 5.0, parallel_capacity,
+      [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }, say);
+}
+
 Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, const std::string& path,
-                      const PrintFn& print, const GradeFn& grade) {
+                      const PrintFn& print, const GradeFn& grade, const QuietFn& quiet) {
   options.tree = "solutions";
   options.submission.clear();
   options.out_dir = (fs::path(options.out_dir) / "calibration").string();
@@ -72,6 +84,33 @@ Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, c
       print(fmt::format("  {}: no check is relative to the reference: nothing to calibrate\n", s.id));
       continue;
     }
+    // Like a grading's re-measurement, each measurement of a timing figure waits (up to
+    // --quiet-wait in all for the lab) until the machine gives the runs their cores: a reference
+    // measured while a neighbour holds a core would set every later grading's bar too low.
+    int threads = 0;
+    for (const auto& c : s.checks) {
+      if (!is_timing_kind(c.kind) ||
+          std::find(go.only_checks.begin(), go.only_checks.end(), c.id) == go.only_checks.end())
+        continue;
+      threads = std::max(threads, 2);  // a rank and its loader or communication thread
+      for (const auto& r : s.runs) {
+        if (std::find(c.runs.begin(), c.runs.end(), r.name) != c.runs.end()) threads = std::max(threads, r.ranks);
+      }
+    }
+    double quiet_left = options.quiet_wait_s;
+    auto wait_quiet = [&](int measurement) {
+      if (threads < 2 || quiet_left <= 0 || !quiet) return;
+      const QuietWait w = quiet(threads, quiet_left, [&](const std::string& m) { print(fmt::format("  {}\n", m)); });
+      quiet_left -= w.waited_s;
+      if (!w.quiet) {
+        print(fmt::format("  {}: measurement {} on a busy machine: {:.1f} of {} cores after waiting {:.0f} s\n", s.id,
+                          measurement, w.capacity, threads, w.waited_s));
+      } else if (w.waited_s > 0) {
+        print(fmt::format("  {}: waited {:.0f} s for a quiet machine before measurement {}\n", s.id, w.waited_s,
+                          measurement));
+      }
+    };
+    wait_quiet(1);
     const auto results = grade({s}, go);
     // A timing figure is the median of kCalibrationMeasurements: one measurement on a shared
     // machine can land in a neighbour's burst or a quiet spell (seen on the CI's 2-core VM: lab
@@ -94,7 +133,10 @@ Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, c
       }
     };
     collect(results);
-    for (int k = 1; k < kCalibrationMeasurements && !again.only_checks.empty(); ++k) collect(grade({s}, again));
+    for (int k = 1; k < kCalibrationMeasurements && !again.only_checks.empty(); ++k) {
+      wait_quiet(k + 1);
+      collect(grade({s}, again));
+    }
     for (const auto& r : results) {
       record_figures(cal, r);
       for (const auto& c : r.checks) {

@@ -45,14 +45,6 @@ std::vector<std::string> effective_args(const RunSpec& run, const std::string& d
 
 namespace parts {
 
-namespace {
-
-/// The share of the runs' cores the machine must give before a failed timing check is measured
-/// again (1.6 of 2: a core held elsewhere measures ~1.0).
-constexpr double kQuietShare = 0.8;
-
-}  // namespace
-
 RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) {
   RunOutcome r;
   r.name = run.name;

@@ -236,8 +236,9 @@ TEST_F(Batch, CalibrationStoresTheMedianOfThreeMeasurementsOfATimingFigure) {
   };
   const std::string path = (dir_ / "calibration.json").string();
   std::string printed;
+  const QuietFn quiet = [](int, double, const PrintFn&) { return QuietWait{2.0, 0, true}; };  // no probing here
   const auto cal = calibrate(
-      {lab09}, o, path, [&](const std::string& s) { printed += s; }, fake);
+      {lab09}, o, path, [&](const std::string& s) { printed += s; }, fake, quiet);
   ASSERT_EQ(seen.size(), 3u);
   EXPECT_EQ(seen[0].only_checks, (std::vector<std::string>{"learns", "scales"}));
   for (size_t k = 1; k < seen.size(); ++k) {
@@ -252,6 +253,53 @@ TEST_F(Batch, CalibrationStoresTheMedianOfThreeMeasurementsOfATimingFigure) {
   EXPECT_FALSE(saved.measurements.contains("lab09_capstone/learns"));
   EXPECT_NE(printed.find("lab09_capstone/scales (): 0.5000, the median of 3 measurements: 0.6270, 0.4790, 0.5000"),
             std::string::npos)
+      << printed;
+}
+
+TEST_F(Batch, CalibrationWaitsForAQuietMachineBeforeEachTimingMeasurement) {
+  write_meta("data", small_meta());
+  GradeOptions o;
+  o.data_dir = (dir_ / "data").string();
+  o.out_dir = (dir_ / "out").string();
+  o.quiet_wait_s = 100;
+  LabSpec lab09 = lab_of("lab09_capstone", {{"learns", "auc"}, {"scales", "scaling"}});
+  RunSpec two;
+  two.name = "two";
+  two.ranks = 2;
+  lab09.runs.push_back(two);
+  lab09.checks[1].runs = {"two"};
+  int graded = 0;
+  const GradeFn fake = [&](const std::vector<LabSpec>& specs, const GradeOptions& go) {
+    LabResult r = result(specs.at(0).id, 10, 10);
+    for (const auto& id : go.only_checks) {
+      CheckResult c;
+      c.id = id;
+      c.kind = id == "scales" ? "scaling" : "auc";
+      c.figure = 0.5;
+      r.checks.push_back(c);
+    }
+    ++graded;
+    return std::vector<LabResult>{r};
+  };
+  // The machine: quiet at once, then quiet after 30 s, then still busy after the 70 s left.
+  std::vector<std::pair<int, double>> asked;  // threads, wait allowed
+  std::vector<int> graded_before;
+  const QuietFn quiet = [&](int threads, double max_wait_s, const PrintFn&) {
+    asked.emplace_back(threads, max_wait_s);
+    graded_before.push_back(graded);
+    const size_t k = asked.size();
+    return k == 1 ? QuietWait{2.0, 0, true} : k == 2 ? QuietWait{1.9, 30, true} : QuietWait{1.0, 70, false};
+  };
+  std::string printed;
+  calibrate(
+      {lab09}, o, (dir_ / "calibration.json").string(), [&](const std::string& s) { printed += s; }, fake, quiet);
+  ASSERT_EQ(asked.size(), 3u) << "one wait before each of the three measurements";
+  EXPECT_EQ(graded_before, (std::vector<int>{0, 1, 2})) << "each wait comes before its measurement";
+  EXPECT_EQ(asked[0], std::make_pair(2, 100.0));
+  EXPECT_EQ(asked[1], std::make_pair(2, 100.0));
+  EXPECT_EQ(asked[2], std::make_pair(2, 70.0)) << "the budget is for the whole lab";
+  EXPECT_NE(printed.find("waited 30 s for a quiet machine before measurement 2"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("measurement 3 on a busy machine: 1.0 of 2 cores after waiting 70 s"), std::string::npos)
       << printed;
 }
 
