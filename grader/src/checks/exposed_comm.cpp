@@ -54,7 +54,12 @@ void check_exposed_comm(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
       "exposed communication per step (median, slowest rank): {:.1f} ms in run '{}', {:.1f} ms in the baseline '{}': "
       "ratio {}, at most {:.2f} allowed{}",
       cand, candidate.name, base, baseline.name, ratio, max_ratio, launched_obs);
-  if (cand <= max_ratio * base) {  // 0 <= 0: neither run exposes any communication
+  if (base <= 0) {
+    // The baseline waits for every collective after backward: on 2 or more ranks that takes time.
+    // None measured means the comm phase holds none of its waiting, and 0 against 0 would pass
+    // any candidate: nothing is compared.
+    fail(r, obs + "; the baseline exposes none, so nothing is compared", c.text("diagnosis_baseline"));
+  } else if (cand <= max_ratio * base) {
     pass(r, obs);
   } else {
     fail(r, obs, c.text("diagnosis_exposed"));
@@ -65,7 +70,8 @@ void check_exposed_comm(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
 
 const CheckKind kExposedComm =
     {"exposed_comm",
-     "the candidate's exposed communication per step (median, slowest rank) <= `max_ratio` x the baseline's; with "
+     "the baseline exposes some communication, and the candidate's exposed communication per step (median, slowest "
+     "rank) <= `max_ratio` x the baseline's; with "
      "`min_launched_in_backward`, that many buckets start during backward on every rank",
      RunArity::kTwo,
      {{"max_ratio", ParamType::kNumber, 1.0, "largest allowed candidate / baseline exposed communication"},
@@ -77,7 +83,11 @@ const CheckKind kExposedComm =
        "the likely cause of a ratio above max_ratio"},
       {"diagnosis_backward", ParamType::kString,
        "no bucket starts during backward: the collectives are launched only in finish()",
-       "the likely cause of fewer buckets launched during backward than min_launched_in_backward"}},
+       "the likely cause of fewer buckets launched during backward than min_launched_in_backward"},
+      {"diagnosis_baseline", ParamType::kString,
+       "the baseline run exposes no communication at all: its collectives are not waited for inside finish(), where "
+       "the step times the comm phase, so there is nothing to compare the candidate with",
+       "the likely cause of a baseline whose exposed communication is 0"}},
      "",
      check_exposed_comm,
      [](const CheckSpec& c, const LabSpec&) -> std::string {
