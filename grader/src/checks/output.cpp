@@ -1,5 +1,6 @@
 // Check kind `output`: the run's printed output (every rank's lines) has a line matching each
 // regular expression — the figure or lesson the lab asks the program to show.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -14,6 +15,24 @@ namespace {
 void check_output(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   if (!runs_usable(c, ctx, r)) return;
   const auto& run = the_run(c, ctx);
+  if (run.expect_failure) {
+    // A run meant to stop with an error that crashed instead (an exception escaping a worker
+    // thread ends in std::terminate, whose message repeats the exception's and so can match the
+    // pattern): the error never reached the program, whatever the output says.
+    const bool reported = std::any_of(run.rank.begin(), run.rank.end(), [](const RankOutcome& k) {
+      return k.report && k.report->is_object() && k.report->value("status", "") == "error";
+    });
+    const bool crashed =
+        std::any_of(run.rank.begin(), run.rank.end(), [](const RankOutcome& k) { return k.signal != 0; });
+    if (crashed && !reported) {
+      fail(r,
+           fmt::format("run '{}' crashed instead of stopping with an error ({}); no rank reported the error, so its "
+                       "output is not the program's message",
+                       c.runs[0], run.summary),
+           c.diagnosis, run.log_tail);
+      return;
+    }
+  }
   const fs::path path = fs::path(run.dir) / "output.txt";
   std::ifstream in(path);
   if (!in) throw Error(fmt::format("run '{}' left no output ({} is missing)", c.runs[0], path.string()));

@@ -84,6 +84,31 @@ TEST_F(ExpectedFailureOutput, AnotherErrorFailsShowingHowTheRunStopped) {
       << r.details;
 }
 
+TEST_F(ExpectedFailureOutput, ACrashWhoseMessageMatchesIsNotTheExpectedError) {
+  // An exception escaping a worker thread: std::terminate prints its what(), which matches the
+  // pattern, and the process dies of SIGABRT without any rank reporting the error.
+  ended(134,
+        "[rank 1] terminate called after throwing an instance of 'ddplab::Error'\n"
+        "[rank 1]   what():  bucket 1 of 2 was never launched: parameter(s) extra.weight received no gradient\n");
+  auto& run = runs_["unused"];
+  run.rank[0].signal = 6;
+  run.summary = "rank 1 (pid 9) was killed by signal 6 (SIGABRT)";
+  const auto r = grade("names");
+  EXPECT_TRUE(has(r, Status::kFailed, "the program does not print the figure"));
+  EXPECT_EQ(
+      r.observed,
+      "run 'unused' crashed instead of stopping with an error (rank 1 (pid 9) was killed by signal 6 (SIGABRT)); no "
+      "rank reported the error, so its output is not the program's message");
+  // The same signal beside a rank that did report the error (a peer killed while it stopped) passes.
+  RankOutcome stopped;
+  stopped.exit_code = 1;
+  stopped.report = good_report();
+  (*stopped.report)["status"] = "error";
+  (*stopped.report)["message"] = "bucket 1 of 2 was never launched";
+  run.rank.push_back(stopped);
+  EXPECT_TRUE(has(grade("names"), Status::kPassed));
+}
+
 TEST_F(ExpectedFailureOutput, FinishingFailsWhateverItPrinted) {
   ended(0, "[rank 1] error: bucket 1 of 2 was never launched: parameter(s) extra.weight received no gradient\n");
   const auto r = grade("names");
