@@ -439,46 +439,56 @@ TEST(Kit, EveryTestDiagnosisNamesATestOfItsLab) {
 }
 
 TEST(Kit, EveryPlantedBugNamesAFileAndACheckOfItsLab) {
-  size_t bugs = 0;
+  size_t bugs = 0, audited = 0;
   for (const auto& spec : load_all_specs(DDPLAB_TEST_SOURCE_ROOT)) {
-    const fs::path dir = fs::path(spec.path).parent_path() / "planted";
-    if (!fs::is_directory(dir)) continue;
-    for (const auto& e : fs::directory_iterator(dir)) {
-      ++bugs;
-      const std::string where = e.path().string();
-      const auto t = toml::parse_file((e.path() / "expect.toml").string());
-      const auto file = t["file"].value<std::string>();
-      const auto check = t["check"].value<std::string>();
-      const auto diagnosis = t["diagnosis"].value<std::string>();
-      ASSERT_TRUE(file && check && diagnosis) << where << "/expect.toml needs file, check and diagnosis";
-      const auto calibrated = t["calibrated"].value<std::string>();
-      const auto also = t["also"].value<std::string>();
-      EXPECT_EQ(t.size(), 3u + (calibrated ? 1u : 0u) + (also ? 1u : 0u))
-          << where << "/expect.toml: only file, check, diagnosis, calibrated and also";
-      if (also) {
-        std::istringstream ids(*also);
-        for (std::string id; ids >> id;) {
-          EXPECT_TRUE(
-              std::any_of(spec.checks.begin(), spec.checks.end(), [&](const CheckSpec& c) { return c.id == id; }))
-              << where << ": also names no check '" << id << "'";
+    for (const char* set : {"planted", "audit"}) {
+      const fs::path dir = fs::path(spec.path).parent_path() / set;
+      if (!fs::is_directory(dir)) continue;
+      for (const auto& e : fs::directory_iterator(dir)) {
+        ++(std::string(set) == "planted" ? bugs : audited);
+        const std::string where = e.path().string();
+        const auto t = toml::parse_file((e.path() / "expect.toml").string());
+        const auto file = t["file"].value<std::string>();
+        const auto check = t["check"].value<std::string>();
+        const auto diagnosis = t["diagnosis"].value<std::string>();
+        const auto expect = t["expect"].value<std::string>();
+        // A correct variant (expect = "passed", audit only) keeps its check and has no diagnosis.
+        const bool correct = expect && *expect == "passed";
+        EXPECT_TRUE(!expect || *expect == "passed" || *expect == "failed")
+            << where << ": expect = \"" << *expect << "\"";
+        EXPECT_TRUE(!correct || std::string(set) == "audit") << where << ": a planted bug must fail its check";
+        ASSERT_TRUE(file && check && (diagnosis || correct)) << where << "/expect.toml needs file, check and diagnosis";
+        const auto calibrated = t["calibrated"].value<std::string>();
+        const auto also = t["also"].value<std::string>();
+        EXPECT_EQ(t.size(), 2u + (diagnosis ? 1u : 0u) + (expect ? 1u : 0u) + (calibrated ? 1u : 0u) + (also ? 1u : 0u))
+            << where << "/expect.toml: only file, check, diagnosis, expect, calibrated and also";
+        if (also) {
+          std::istringstream ids(*also);
+          for (std::string id; ids >> id;) {
+            EXPECT_TRUE(
+                std::any_of(spec.checks.begin(), spec.checks.end(), [&](const CheckSpec& c) { return c.id == id; }))
+                << where << ": also names no check '" << id << "'";
+          }
         }
+        if (calibrated) {
+          EXPECT_TRUE(*calibrated == "yes" || *calibrated == "no")
+              << where << ": calibrated = \"" << *calibrated << "\"";
+        }
+        EXPECT_NE(std::find(spec.manifest.begin(), spec.manifest.end(), *file), spec.manifest.end())
+            << where << ": " << *file;
+        const bool known =
+            std::any_of(spec.checks.begin(), spec.checks.end(), [&](const CheckSpec& c) { return c.id == *check; });
+        EXPECT_TRUE(known) << where << ": no check with id '" << *check << "' in " << spec.path;
+        const std::string find = read_file(e.path() / "find.txt");
+        EXPECT_FALSE(find.empty()) << where;
+        EXPECT_NE(read_file(fs::path(DDPLAB_TEST_SOURCE_ROOT) / "solutions" / spec.folder / *file).find(find),
+                  std::string::npos)
+            << where << "/find.txt no longer occurs in the solution";
       }
-      if (calibrated) {
-        EXPECT_TRUE(*calibrated == "yes" || *calibrated == "no") << where << ": calibrated = \"" << *calibrated << "\"";
-      }
-      EXPECT_NE(std::find(spec.manifest.begin(), spec.manifest.end(), *file), spec.manifest.end())
-          << where << ": " << *file;
-      const bool known =
-          std::any_of(spec.checks.begin(), spec.checks.end(), [&](const CheckSpec& c) { return c.id == *check; });
-      EXPECT_TRUE(known) << where << ": no check with id '" << *check << "' in " << spec.path;
-      const std::string find = read_file(e.path() / "find.txt");
-      EXPECT_FALSE(find.empty()) << where;
-      EXPECT_NE(read_file(fs::path(DDPLAB_TEST_SOURCE_ROOT) / "solutions" / spec.folder / *file).find(find),
-                std::string::npos)
-          << where << "/find.txt no longer occurs in the solution";
     }
   }
   EXPECT_GE(bugs, 6u);
+  EXPECT_GE(audited, 8u);
 }
 
 LabResult sample_result() {
