@@ -341,6 +341,8 @@ void report(ddplab::LabRun& run, const Settings& s, const ddplab::cost::Price& p
                {"as_of", price.as_of},
                {"metered", end.metered},
                {"device_hours", spend.device_hours},
+               // The kit's own measurement, from which the grader recomputes the device-hours.
+               {"device_seconds", end.at.device_seconds},
                {"usd", spend.usd},
                {"usd_per_epoch", spend.usd_per_epoch},
                {"usd_to_finish", spend.usd_to_finish},

@@ -44,7 +44,19 @@ void check_cost(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
          "the run must be billed as an instance of the price table (--instance, --prices)");
     return;
   }
-  const double hours = cost.at("device_hours").get<double>();
+  // The device-hours come from the kit's measured device-seconds where the report has them: the
+  // meter's own figure would let a wrong one through, every later figure being consistent with it.
+  const double reported_hours = cost.at("device_hours").get<double>();
+  const double hours =
+      cost.contains("device_seconds") ? cost.at("device_seconds").get<double>() / 3600 : reported_hours;
+  if (!close(reported_hours, hours)) {
+    fail(r,
+         fmt::format("run '{}' reports {:.9g} device-hours; the job's measured {:.6g} device-seconds are {:.9g} "
+                     "device-hours",
+                     run.name, reported_hours, cost.at("device_seconds").get<double>(), hours),
+         c.diagnosis);
+    return;
+  }
   const auto samples = cost.at("samples").get<uint64_t>();
   const auto per_epoch = cost.at("samples_per_epoch").get<uint64_t>();
   const auto epochs = cost.at("epochs").get<int64_t>();

@@ -57,6 +57,23 @@ TEST_F(CostCheck, NamesTheFigureThatIsWrong) {
   EXPECT_NE(grade("meter").observed.find("projected to the end"), std::string::npos);
 }
 
+TEST_F(CostCheck, DeviceHoursComeFromTheJobsMeasuredDeviceSeconds) {
+  // Consistent figures from a wrong device-hours (seconds / 60 / 60 taken as minutes / 60) used to
+  // pass: the kit's measured device-seconds now decide the hours.
+  json rep = metered();
+  rep["cost"]["device_seconds"] = 8.0 * 3600;
+  add_run("job", {rep});
+  EXPECT_TRUE(has(grade("meter"), Status::kPassed));
+  rep["cost"]["device_seconds"] = 8.0 * 60;  // the meter took minutes for hours: every figure 60x too high
+  add_run("job", {rep});
+  const auto r = grade("meter");
+  EXPECT_TRUE(has(r, Status::kFailed, "price / its devices"));
+  EXPECT_NE(r.observed.find(
+                "reports 8 device-hours; the job's measured 480 device-seconds are 0.133333333 device-hours"),
+            std::string::npos)
+      << r.observed;
+}
+
 TEST_F(CostCheck, AnUnknownInstanceOrNoMeterFails) {
   json rep = metered();
   rep["cost"]["metered"] = false;
