@@ -1,6 +1,7 @@
 // Lab 05's apparatus (see lab05_kit.h). Not edited by students.
 #include "lab05_kit.h"
 
+#include <cmath>
 #include <limits>
 #include <set>
 
@@ -67,8 +68,15 @@ Precision::Precision(const Flags& flags, const std::vector<std::pair<std::string
   }
 }
 
+torch::Tensor Precision::applied(const torch::Tensor& loss, torch::Tensor scaled) {
+  const double l = loss.detach().item<double>(), s = scaled.detach().item<double>();
+  applied_scale_ = l != 0 && std::isfinite(s / l) ? s / l : 1.0;
+  return scaled;
+}
+
 void Precision::after_backward(int64_t step, int rank, int world, LossScaler* scaler) {
-  const double scale = scaler != nullptr ? scaler->scale_value() : 1.0;
+  // The scale the gradients carry is the one scale() applied, measured, not what the scaler says.
+  const double scale = scaler != nullptr ? applied_scale_ : 1.0;
   if (flags_.emulate_fp16) {
     for (size_t i = 0; i < params_.size(); ++i) {
       torch::Tensor& g = params_[i].mutable_grad();

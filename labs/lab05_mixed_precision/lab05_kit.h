@@ -43,9 +43,14 @@ class Precision {
   /// (emulated), an overflow injected at step `step` into rank `rank` of `world` (every
   /// --inject-overflow steps, rank (step / K) mod world), then the scaler's unscale - its inf check.
   void after_backward(int64_t step, int rank, int world, LossScaler* scaler);
+  /// What backward starts from: `scaled`, the scaler's scale(loss). Records the scale it actually
+  /// applied (scaled / loss, measured), which the underflow figures use: the scaler's own
+  /// scale_value() would credit a scale() that does not scale.
+  torch::Tensor applied(const torch::Tensor& loss, torch::Tensor scaled);
   /// After the update: whether step `step` was taken, and the scale now.
   void after_update(int64_t step, bool stepped, double scale);
 
+  double applied_scale() const noexcept { return applied_scale_; }
   const std::vector<int64_t>& skipped() const noexcept { return skipped_; }
   const std::vector<int64_t>& injected() const noexcept { return injected_; }
   /// Whether the skipped steps are exactly the steps an overflow was injected into (on any rank).
@@ -68,6 +73,7 @@ class Precision {
   std::vector<Underflow> underflow_;
   std::vector<double> scales_;
   std::vector<int64_t> skipped_, injected_, injected_here_;
+  double applied_scale_ = 1.0;  ///< the last step's scale as applied (applied())
 };
 
 }  // namespace lab05

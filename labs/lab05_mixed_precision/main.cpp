@@ -54,7 +54,9 @@ int main(int argc, char** argv) {
           if (f.autocast) cast.emplace(device, low);
           return torch::binary_cross_entropy_with_logits(model->forward(batch.dense, batch.rows), batch.labels);
         };
-        if (scaler) parts.to_backward = [&](const torch::Tensor& loss) { return scaler->scale(loss); };
+        if (scaler) {
+          parts.to_backward = [&](const torch::Tensor& loss) { return precision.applied(loss, scaler->scale(loss)); };
+        }
         // On this rank's own gradients, before the all-reduce: fp16 storage, an injected overflow,
         // and the scaler's unscale with its inf check (shared with the other ranks).
         parts.after_backward = [&] { precision.after_backward(s, run.rank(), run.world_size(), scaler.get()); };
