@@ -396,8 +396,8 @@ bool Faults::reversed(int64_t step) const {
   return flags_.fault == "bucket-order" && run_.rank() == fault_rank_ && step >= flags_.fault_step;
 }
 
-int64_t Faults::steps_for_this_rank(int64_t steps) const {
-  return flags_.fault == "uneven" && run_.rank() == fault_rank_ ? std::min(steps, flags_.fault_step) : steps;
+int64_t Faults::steps_for(int rank, int64_t steps) const {
+  return flags_.fault == "uneven" && rank == fault_rank_ ? std::min(steps, flags_.fault_step) : steps;
 }
 
 void Faults::expect(const std::function<void()>& train) {
@@ -566,8 +566,7 @@ void Trainer::check_join(const torch::Tensor& joined, int64_t epoch, int64_t ste
   std::vector<uint64_t> samples;
   const int world = run_.world_size();
   for (int r = 0; r < world; ++r) {
-    const int64_t mine =
-        flags_.fault == "uneven" && r == faults_.fault_rank() ? std::min(steps, flags_.fault_step) : steps;
+    const int64_t mine = faults_.steps_for(r, steps);
     if (step >= mine) continue;
     const auto slice = ddplab::data::global_batch_slice(order, steps, run_.batch(), r, world);
     samples.insert(samples.end(), slice.begin() + step * run_.batch(), slice.begin() + (step + 1) * run_.batch());
@@ -618,7 +617,7 @@ void Trainer::watch_stragglers() {
 void Trainer::train_epoch(int64_t epoch) {
   epoch_ = epoch;
   const int64_t steps = run_.whole_global_batches();
-  std::unique_ptr<ddplab::data::Loader> loader = run_.global_batch_loader(epoch, faults_.steps_for_this_rank(steps));
+  std::unique_ptr<ddplab::data::Loader> loader = run_.global_batch_loader(epoch, faults_.steps_for(run_.rank(), steps));
   if (run_.rank() == flags_.slow_rank && flags_.slow_ms > 0) {
     loader = std::make_unique<SlowLoader>(std::move(loader), flags_.slow_ms);
   }

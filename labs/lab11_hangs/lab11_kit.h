@@ -144,8 +144,8 @@ class Faults {
   void begin_step(int64_t step, double last_loss);
   /// Whether this rank all-reduces its buckets in reverse order at `step`.
   bool reversed(int64_t step) const;
-  /// The batches this rank gets in an epoch of `steps` (uneven: the fault's rank stops early).
-  int64_t steps_for_this_rank(int64_t steps) const;
+  /// The batches rank `rank` gets in an epoch of `steps` (uneven: the fault's rank stops early).
+  int64_t steps_for(int rank, int64_t steps) const;
   /// Runs the training; a Desync or a Hang is compared with the fault and recorded as verdict
   /// desync_named or hang_named, then rethrown (ranks other than 0 first give rank 0 a moment to
   /// write the job's report). A run that finishes records whether a fault should have stopped it.
