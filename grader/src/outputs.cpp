@@ -13,6 +13,7 @@
 #include "ddplab/grader/grade.h"
 #include "ddplab/grader/svg.h"
 #include "ddplab/report.h"
+#include "ddplab/timer.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -246,11 +247,9 @@ std::string lab_charts(const LabResult& lab, fs::file_time_type since) {
 
 void summarize(LeaderboardResult& r) {
   if (r.values.empty()) return;
-  std::vector<double> v = r.values;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  r.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-  r.spread = v.back() - v.front();
+  r.median = median(r.values);
+  const auto [lo, hi] = std::minmax_element(r.values.begin(), r.values.end());
+  r.spread = *hi - *lo;
 }
 
 std::string leaderboard_text(const LeaderboardResult& l) {
@@ -275,6 +274,7 @@ json gradescope_results(const std::vector<LabResult>& labs) {
     }
     if (!lab.build_error.empty()) output += " — the submission does not compile";
     output += "\n";
+    for (const auto& l : lab.leaderboard) output += leaderboard_text(l) + "\n";
     for (const auto& c : lab.checks) {
       json t = {{"name", fmt::format("{}: {}", lab.lab, c.name)},
                 {"score", c.score},
@@ -301,7 +301,6 @@ json gradescope_results(const std::vector<LabResult>& labs) {
                        {"value", l.spread},
                        {"order", "asc"}});
     }
-    for (const auto& l : lab.leaderboard) out["output"] = out["output"].get<std::string>() + leaderboard_text(l) + "\n";
   }
   if (!board.empty()) out["leaderboard"] = board;
   return out;
