@@ -4,8 +4,6 @@
 // A timing figure (scaling, data_wait) is the median of several measurements.
 #include <algorithm>
 #include <filesystem>
-#include <thread>
-#include <chrono>
 #include <map>
 
 #include <fmt/format.h>
@@ -14,7 +12,6 @@
 #include "ddplab/grader/batch.h"
 #include "ddplab/grader/checks.h"
 #include "ddplab/grader/contention.h"
-#include "ddplab/system.h"
 
 namespace fs = std::filesystem;
 
@@ -59,14 +56,6 @@ std::vector<std::string> calibration_gaps(const std::vector<LabSpec>& specs, con
   return gaps;
 }
 
-QuietWait wait_for_quiet_cores(int threads, double max_wait_s, const PrintFn& say) {
-  threads = std::min(threads, sys::usable_cores());
-  if (threads < 2) return QuietWait{static_cast<double>(threads), 0, true};
-  return wait_for_quiet_machine(
-      threads, kQuietShare, max_wait_s, 5.0, parallel_capacity,
-      [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }, say);
-}
-
 Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, const std::string& path,
                       const PrintFn& print, const GradeFn& grade, const QuietFn& quiet) {
   options.tree = "solutions";
@@ -89,12 +78,9 @@ Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, c
     // measured while a neighbour holds a core would set every later grading's bar too low.
     int threads = 0;
     for (const auto& c : s.checks) {
-      if (!is_timing_kind(c.kind) ||
-          std::find(go.only_checks.begin(), go.only_checks.end(), c.id) == go.only_checks.end())
-        continue;
-      threads = std::max(threads, 2);  // a rank and its loader or communication thread
-      for (const auto& r : s.runs) {
-        if (std::find(c.runs.begin(), c.runs.end(), r.name) != c.runs.end()) threads = std::max(threads, r.ranks);
+      if (is_timing_kind(c.kind) &&
+          std::find(go.only_checks.begin(), go.only_checks.end(), c.id) != go.only_checks.end()) {
+        threads = std::max(threads, measurement_threads(c, s));
       }
     }
     double quiet_left = options.quiet_wait_s;

@@ -165,13 +165,9 @@ CheckResult measure_check(const CheckSpec& c, GradeContext& ctx, const fs::path&
                     o.timing_attempts));
     std::string waited;
     if (quiet_wait_left > 0) {
-      int threads = 2;  // a rank and its loader or communication thread
-      for (const auto& name : c.runs) threads = std::max(threads, spec.run(name).ranks);
-      threads = std::min(threads, sys::usable_cores());
+      const int threads = std::min(measurement_threads(c, spec), sys::usable_cores());
       if (threads > 1) {
-        const QuietWait w = wait_for_quiet_machine(
-            threads, kQuietShare, quiet_wait_left, 5.0, parallel_capacity,
-            [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }, say);
+        const QuietWait w = wait_for_quiet_cores(threads, quiet_wait_left, say);
         quiet_wait_left -= w.waited_s;
         if (w.waited_s > 0 || !w.quiet) {
           waited = w.quiet ? fmt::format(
@@ -200,6 +196,18 @@ CheckResult measure_check(const CheckSpec& c, GradeContext& ctx, const fs::path&
   }
   return r;
 }
+
+}  // namespace parts
+
+QuietWait wait_for_quiet_cores(int threads, double max_wait_s, const std::function<void(const std::string&)>& say) {
+  threads = std::min(threads, sys::usable_cores());
+  if (threads < 2) return QuietWait{static_cast<double>(threads), 0, true};
+  return wait_for_quiet_machine(
+      threads, kQuietShare, max_wait_s, 5.0, parallel_capacity,
+      [](double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }, say);
+}
+
+namespace parts {
 
 std::vector<LeaderboardResult> measure_leaderboard(const std::vector<LeaderboardSpec>& entries,
                                                    const std::vector<CheckResult>& graded, GradeContext& ctx,

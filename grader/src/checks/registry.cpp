@@ -40,6 +40,14 @@ bool is_timing_kind(const std::string& kind) {
   return k != nullptr && k->timing;
 }
 
+int measurement_threads(const CheckSpec& c, const LabSpec& spec) {
+  int threads = 2;
+  for (const auto& r : spec.runs) {
+    if (std::find(c.runs.begin(), c.runs.end(), r.name) != c.runs.end()) threads = std::max(threads, r.ranks);
+  }
+  return threads;
+}
+
 std::vector<std::string> leaderboard_figures(const std::string& kind) {
   if (kind == "scaling") return {"efficiency", "unique_samples_per_s"};
   if (kind == "auc") return {"auc"};

@@ -69,11 +69,9 @@ std::vector<std::string> calibration_gaps(const std::vector<LabSpec>& specs, con
 /// figures; returns the calibration. A timing figure (is_timing_kind) is the median of three
 /// measurements, each graded without re-measuring on failure, and all three are stored too.
 /// Warns through `print` when a solution fails one of them here.
-/// Waits until the machine gives `threads` cores to a measurement (contention.h), for at most
-/// `max_wait_s`; returns what it found. The default probes the machine (parallel_capacity, 5 s
-/// between probes, threads capped to the usable cores: nothing to wait for below 2).
+/// Waits until the machine gives `threads` cores to a measurement, for at most `max_wait_s`;
+/// returns what it found (the default: contention.h's wait_for_quiet_cores).
 using QuietFn = std::function<QuietWait(int threads, double max_wait_s, const PrintFn& say)>;
-QuietWait wait_for_quiet_cores(int threads, double max_wait_s, const PrintFn& say);
 
 /// Each measurement of a timing figure first waits (quiet, up to options.quiet_wait_s in all for
 /// a lab) for the machine to give its runs their cores, as a grading does before it measures a

@@ -79,6 +79,9 @@ const CheckKind* find_kind(const std::string& name);
 /// Whether the kind named `kind` is a timing kind (CheckKind::timing: scaling, exposed_comm,
 /// data_wait); the other kinds' figures are exact or statistical.
 bool is_timing_kind(const std::string& kind);
+/// The cores a timing measurement of check `c` needs: 2 (a rank and its loader or communication
+/// thread), or the most ranks of the runs it reads.
+int measurement_threads(const CheckSpec& c, const LabSpec& spec);
 /// The named figures a check of kind `kind` records for a [[leaderboard]] (CheckResult::figures):
 /// scaling: "efficiency", "unique_samples_per_s"; auc: "auc". Empty for the other kinds.
 std::vector<std::string> leaderboard_figures(const std::string& kind);

@@ -31,6 +31,11 @@ struct QuietWait {
 /// Probes (`probe(threads)`) until the machine gives at least `share` x `threads` cores, sleeping
 /// `pause_s` between probes (`sleep`), for at most `max_wait_s`; says what it waits for once.
 /// The probe and the sleep are parameters so the rule can be tested without a busy machine.
+/// The wait a timing measurement takes, on this machine: `threads` capped to its usable cores
+/// (nothing to wait for below 2: quiet at once), probed with parallel_capacity every 5 s until
+/// kQuietShare of them are free, for at most `max_wait_s`.
+QuietWait wait_for_quiet_cores(int threads, double max_wait_s, const std::function<void(const std::string&)>& say);
+
 QuietWait wait_for_quiet_machine(int threads, double share, double max_wait_s, double pause_s,
                                  const std::function<double(int)>& probe, const std::function<void(double)>& sleep,
                                  const std::function<void(const std::string&)>& say);
