@@ -561,7 +561,7 @@ TEST(Outputs, JunitAndHtmlEscapeWhatStudentsPrint) {
 namespace ddplab::grader {
 namespace {
 
-class LeaderboardSpecs : public ::testing::Test {
+class LeaderboardSpecs : public ::Scratch {
  protected:
   /// A spec with a scaling check, an AUC check and `board` appended.
   std::string text(const std::string& board) {
@@ -595,25 +595,16 @@ runs = ["one", "two"]
 reference = 0.5
 )" + board;
   }
-  std::string error_of(const std::string& board) {
-    const std::string p = (scratch_.dir() / "grade.toml").string();
-    std::ofstream(p) << text(board);
-    try {
-      load_spec(p);
-    } catch (const ddplab::ConfigError& e) {
-      return e.what();
-    }
-    return "(no error)";
-  }
-  ddplab::testing::ScratchDir scratch_;
+  /// The ConfigError load_spec gives for the spec with `board` ("(no error)" if none).
+  std::string board_error(const std::string& board) { return error_of(text(board)); }
 };
 
 TEST_F(LeaderboardSpecs, AnEntryNamesACheckAFigureItsKindRecordsAnOrderAndItsGates) {
-  const std::string p = (scratch_.dir() / "grade.toml").string();
-  std::ofstream(p) << text(
-      "[[leaderboard]]\nname = \"samples/s\"\ncheck = \"scales\"\nfigure = \"unique_samples_per_s\"\n"
-      "requires = [\"learns\"]\n\n[[leaderboard]]\nname = \"auc\"\ncheck = \"learns\"\nfigure = \"auc\"\n"
-      "order = \"desc\"\n");
+  const std::string p =
+      write("grade.toml",
+            text("[[leaderboard]]\nname = \"samples/s\"\ncheck = \"scales\"\nfigure = \"unique_samples_per_s\"\n"
+                 "requires = [\"learns\"]\n\n[[leaderboard]]\nname = \"auc\"\ncheck = \"learns\"\nfigure = \"auc\"\n"
+                 "order = \"desc\"\n"));
   const LabSpec s = load_spec(p);
   ASSERT_EQ(s.leaderboard.size(), 2u);
   EXPECT_EQ(s.leaderboard[0].check, "scales");
@@ -632,20 +623,22 @@ TEST_F(LeaderboardSpecs, AnEntryNamesACheckAFigureItsKindRecordsAnOrderAndItsGat
 
 TEST_F(LeaderboardSpecs, MistakesAreNamedWithTheLine) {
   const std::string head = "[[leaderboard]]\nname = \"x\"\n";
-  EXPECT_NE(error_of(head + "check = \"nope\"\nfigure = \"auc\"\n").find("no check with id 'nope'"), std::string::npos);
-  EXPECT_NE(error_of(head + "check = \"scales\"\nfigure = \"auc\"\n")
+  EXPECT_NE(board_error(head + "check = \"nope\"\nfigure = \"auc\"\n").find("no check with id 'nope'"),
+            std::string::npos);
+  EXPECT_NE(board_error(head + "check = \"scales\"\nfigure = \"auc\"\n")
                 .find("a scaling check records no figure 'auc' (it records: efficiency, unique_samples_per_s)"),
             std::string::npos);
-  EXPECT_NE(error_of(head + "check = \"learns\"\nfigure = \"auc\"\norder = \"up\"\n").find("order must be"),
+  EXPECT_NE(board_error(head + "check = \"learns\"\nfigure = \"auc\"\norder = \"up\"\n").find("order must be"),
             std::string::npos);
-  EXPECT_NE(error_of(head + "check = \"learns\"\nfigure = \"auc\"\nrequires = [\"ghost\"]\n").find("requires 'ghost'"),
+  EXPECT_NE(board_error(head + "check = \"learns\"\nfigure = \"auc\"\nrequires = [\"ghost\"]\n")
+                .find("requires 'ghost'"),
             std::string::npos);
-  EXPECT_NE(error_of(head + "check = \"learns\"\nfigure = \"auc\"\nvalue = 3\n").find("unknown key 'value'"),
+  EXPECT_NE(board_error(head + "check = \"learns\"\nfigure = \"auc\"\nvalue = 3\n").find("unknown key 'value'"),
             std::string::npos);
   const std::string twice = head + "check = \"learns\"\nfigure = \"auc\"\n";
-  EXPECT_NE(error_of(twice + "\n" + twice).find("used twice"), std::string::npos);
-  EXPECT_NE(error_of(head + "check = \"learns\"\nfigure = \"auc\"\n").find("(no error)"), std::string::npos);
-  EXPECT_NE(error_of(head + "figure = \"auc\"\n").find("grade.toml:"), std::string::npos);
+  EXPECT_NE(board_error(twice + "\n" + twice).find("used twice"), std::string::npos);
+  EXPECT_NE(board_error(head + "check = \"learns\"\nfigure = \"auc\"\n").find("(no error)"), std::string::npos);
+  EXPECT_NE(board_error(head + "figure = \"auc\"\n").find("grade.toml:"), std::string::npos);
 }
 
 TEST(Outputs, ALeaderboardIsTheMedianOfItsMeasurementsWithTheirSpread) {
