@@ -214,10 +214,15 @@ void Watched::collective(Op op, const torch::Tensor& t, Fn&& fn) {
   const int64_t seq = seq_++;
   const Call call = call_of(op, t);
   Entry e{seq, op, call.shape, dtype_name(call.dtype), now(), -1, State::kEnqueued};
-  if (flags_.flight > 0) {
+  // Into the flight recorder (11.2): enqueued now, then completed or failed with its end time.
+  auto keep = [&](State s) {
+    if (flags_.flight == 0) return;
+    e.state = s;
+    if (s != State::kEnqueued) e.ended_s = now();
     std::lock_guard<std::mutex> lock(ring_mutex_);
     record(ring_, e);
-  }
+  };
+  keep(State::kEnqueued);
   try {
     if (flags_.fingerprint_every > 0) {
       running_ = fingerprint(running_, call);
@@ -232,20 +237,10 @@ void Watched::collective(Op op, const torch::Tensor& t, Fn&& fn) {
     throw;
   } catch (const std::exception& x) {
     if (flags_.flight == 0) throw;
-    e.state = State::kFailed;
-    e.ended_s = now();
-    {
-      std::lock_guard<std::mutex> lock(ring_mutex_);
-      record(ring_, e);
-    }
+    keep(State::kFailed);
     on_failure(seq, x.what());
   }
-  if (flags_.flight > 0) {
-    e.state = State::kCompleted;
-    e.ended_s = now();
-    std::lock_guard<std::mutex> lock(ring_mutex_);
-    record(ring_, e);
-  }
+  keep(State::kCompleted);
 }
 
 void Watched::check_fingerprints(int64_t seq) {
