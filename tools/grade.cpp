@@ -29,7 +29,8 @@ struct GradeCli {
   std::vector<std::string> checks, overlays;
   double run_timeout = 0, test_timeout = 0, quiet_wait = 120;
   int leaderboard = 0;
-  bool no_build = false, calibrate = false, check_calibration = false, no_color = false, quiet = false;
+  bool no_build = false, sanitize = false, calibrate = false, check_calibration = false, no_color = false,
+       quiet = false;
 };
 
 void print(const std::string& s) { fmt::print("{}", s); }
@@ -43,6 +44,7 @@ int run_grade(const GradeCli& o) {
   go.data_dir = grader::resolve_data_dir(o.data, go.source_dir);
   go.out_dir = fs::absolute(o.out).string();
   go.build = !o.no_build;
+  go.sanitize = o.sanitize;
   go.only_checks = o.checks;
   go.run_timeout_s = o.run_timeout;
   go.test_timeout_s = o.test_timeout;
@@ -154,6 +156,9 @@ void setup_grade(CLI::App& app) {
                 "Exit 0 if the calibration holds this machine's and data set's figures for the labs named, else "
                 "say what is missing and exit 1 (./kit main then calibrates)");
   sub->add_flag("--no-build", o->no_build, "Grade the binaries as they are");
+  sub->add_flag("--sanitize", o->sanitize,
+                "Run the unit tests built under the lab's sanitizer (AddressSanitizer + UBSan; ThreadSanitizer for "
+                "lab 08): a memory error or data race fails the check with the sanitizer's first frame");
   sub->add_option("--sandbox", o->sandbox,
                   "How student programs run: auto (bubblewrap if it works here, else an unprivileged user if the "
                   "grader is root and the secrets are unreadable to it, else unconfined with a warning), required "

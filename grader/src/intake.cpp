@@ -110,6 +110,21 @@ LabBinaries binaries_for(const nlohmann::json& targets, const LabSpec& spec, con
   return b;
 }
 
+/// The tree's sanitized test binary in place of its tests (GradeOptions::sanitize), and its target.
+std::string use_sanitized_tests(const nlohmann::json& targets, const LabSpec& spec, const std::string& tree,
+                                LabBinaries& b) {
+  const auto& lab = targets.at(spec.program + "/" + tree);
+  if (!lab.contains("sanitized_target")) {
+    throw Error(
+        fmt::format("--sanitize: the build's grader/targets.json has no sanitized tests of {} (reconfigure "
+                    "the build)",
+                    spec.program));
+  }
+  b.tests = lab.at("sanitized").get<std::string>();
+  b.sanitizer = lab.at("sanitizer").get<std::string>();
+  return lab.at("sanitized_target").get<std::string>();
+}
+
 /// Builds `targets` in the kit's build folder; "" or the compiler's first errors. With `sandbox`
 /// enabled (a submission's build) the compiler runs confined: it cannot read the kit's solutions/
 /// or the calibration (bwrap_build_command).
@@ -266,9 +281,12 @@ Intake take_in(const LabSpec& spec, const GradeOptions& o, const nlohmann::json&
     }
     read_graded(slot / spec.folder);
     in.bin = binaries_for(targets, spec, "submission");
-    say("building the submission");
+    say(o.sanitize && need_tests ? "building the submission (tests under the sanitizer)" : "building the submission");
     std::vector<std::string> wanted = {spec.program + "_submission"};
-    if (need_tests) wanted.push_back(spec.program + "_tests_submission");
+    if (need_tests) {
+      wanted.push_back(o.sanitize ? use_sanitized_tests(targets, spec, "submission", in.bin)
+                                  : spec.program + "_tests_submission");
+    }
     result.build_error = build_targets(o, wanted, &sandbox);
     if (!result.build_error.empty()) return in;
     find_forbidden();
@@ -307,6 +325,12 @@ Intake take_in(const LabSpec& spec, const GradeOptions& o, const nlohmann::json&
     const std::string suffix = targets.value("tree", "solutions") == o.tree ? "" : "_" + o.tree;
     say("building " + o.tree);
     result.build_error = build_targets(o, {spec.program + suffix, spec.program + "_tests" + suffix});
+  }
+  if (result.build_error.empty() && o.sanitize && need_tests) {
+    // Built only when asked for (--no-build too: there is no other way to get it).
+    const std::string target = use_sanitized_tests(targets, spec, o.tree, in.bin);
+    say(fmt::format("building {}'s tests under -fsanitize={}", o.tree, in.bin.sanitizer));
+    result.build_error = build_targets(o, {target});
   }
   if (result.build_error.empty()) find_forbidden();
   return in;

@@ -460,8 +460,17 @@ TEST(Kit, EveryPlantedBugNamesAFileAndACheckOfItsLab) {
         ASSERT_TRUE(file && check && (diagnosis || correct)) << where << "/expect.toml needs file, check and diagnosis";
         const auto calibrated = t["calibrated"].value<std::string>();
         const auto also = t["also"].value<std::string>();
-        EXPECT_EQ(t.size(), 2u + (diagnosis ? 1u : 0u) + (expect ? 1u : 0u) + (calibrated ? 1u : 0u) + (also ? 1u : 0u))
-            << where << "/expect.toml: only file, check, diagnosis, expect, calibrated and also";
+        const auto sanitize = t["sanitize"].value<std::string>();
+        EXPECT_EQ(t.size(), 2u + (diagnosis ? 1u : 0u) + (expect ? 1u : 0u) + (calibrated ? 1u : 0u) +
+                                (also ? 1u : 0u) + (sanitize ? 1u : 0u))
+            << where << "/expect.toml: only file, check, diagnosis, expect, calibrated, also and sanitize";
+        if (sanitize) {
+          // --sanitize changes only how the unit tests are built: the bug's check must be one.
+          EXPECT_TRUE(*sanitize == "yes" || *sanitize == "no") << where << ": sanitize = \"" << *sanitize << "\"";
+          EXPECT_TRUE(std::any_of(spec.checks.begin(), spec.checks.end(),
+                                  [&](const CheckSpec& c) { return c.id == *check && c.kind == "unit_tests"; }))
+              << where << ": sanitize = \"yes\" on check '" << *check << "', which is not a unit_tests check";
+        }
         if (also) {
           std::istringstream ids(*also);
           for (std::string id; ids >> id;) {

@@ -7,10 +7,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "check_util.h"
+#include "ddplab/grader/regions.h"
 #include "ddplab/grader/sandbox.h"
 #include "ddplab/launch.h"
 
@@ -50,6 +53,111 @@ std::string diagnosis_for(const std::vector<std::string>& map, const std::string
   return "";
 }
 
+/// The first report a sanitizer wrote into the tests' output, if any.
+struct SanitizerReport {
+  std::string what;   ///< "ThreadSanitizer: data race", "runtime error: signed integer overflow: ..."
+  std::string where;  ///< "lab08_student.cpp:57 (in lab08::PrefetchLoader::State::work())", or ""
+  std::string path;   ///< the frame's file as the report names it
+  int line = 0;
+  std::string text;  ///< the report, from its first line
+};
+
+/// Finds the first AddressSanitizer / ThreadSanitizer / UBSan report in `log` and its first stack
+/// frame in one of `student_files` (file names), else its first frame with a source line.
+std::optional<SanitizerReport> sanitizer_report(const std::string& log, const std::vector<std::string>& student_files) {
+  static const std::regex head_re(
+      R"((?:ERROR|WARNING): ((?:Address|Thread|Memory)Sanitizer: [^\n]*?)(?= on address| at pc| \(pid|\n))");
+  static const std::regex ub_re(R"(([^\s:]+):(\d+):\d+: runtime error: ([^\n]*))");
+  static const std::regex frame_re(R"(^\s*#\d+ (?:0x[0-9a-f]+ in )?(.*) (/[^\s:]+):(\d+)(?::\d+)?(?: \(.*)?$)");
+  SanitizerReport rep;
+  std::smatch m;
+  size_t at = std::string::npos;
+  if (std::regex_search(log, m, head_re)) {
+    rep.what = m[1].str();
+    at = static_cast<size_t>(m.position(0));
+  }
+  std::smatch u;
+  if (std::regex_search(log, u, ub_re) && static_cast<size_t>(u.position(0)) < at) {
+    rep.what = "runtime error: " + u[3].str();
+    at = static_cast<size_t>(u.position(0));
+    rep.path = u[1].str();
+    rep.line = std::stoi(u[2].str());
+  }
+  if (at == std::string::npos) return std::nullopt;
+  at = log.rfind('\n', at) == std::string::npos ? 0 : log.rfind('\n', at) + 1;
+  rep.text = log.substr(at, 6000);
+  auto is_student = [&](const std::string& path) {
+    const fs::path name = fs::path(path).filename();
+    return std::any_of(student_files.begin(), student_files.end(),
+                       [&](const std::string& f) { return fs::path(f).filename() == name; });
+  };
+  std::istringstream lines(log.substr(at, 1 << 16));  // C++ frames run to hundreds of characters each
+  std::string l, first_path, first_fn, fn;
+  int first_line = 0;
+  bool found = !rep.path.empty() && is_student(rep.path);
+  while (!found && std::getline(lines, l)) {
+    std::smatch f;
+    if (!std::regex_match(l, f, frame_re)) continue;
+    if (first_path.empty()) {
+      first_fn = f[1].str();
+      first_path = f[2].str();
+      first_line = std::stoi(f[3].str());
+    }
+    if (is_student(f[2].str())) {
+      fn = f[1].str();
+      rep.path = f[2].str();
+      rep.line = std::stoi(f[3].str());
+      found = true;
+    }
+  }
+  if (!found && rep.path.empty() && !first_path.empty()) {
+    rep.path = first_path;
+    rep.line = first_line;
+    fn = first_fn;
+  }
+  if (!rep.path.empty()) {
+    rep.where = fmt::format("{}:{}", fs::path(rep.path).filename().string(), rep.line);
+    if (!fn.empty()) rep.where += fmt::format(" (in {})", fn.substr(0, 120));
+  }
+  return rep;
+}
+
+/// What a sanitizer's finding means, for a student; the exercise whose region holds its line.
+std::string sanitizer_diagnosis(const SanitizerReport& rep) {
+  std::string meaning = "the sanitizer stopped the tests";
+  if (rep.what.find("data race") != std::string::npos) {
+    meaning =
+        "two threads use the same memory and nothing orders them: hold the same lock for every access "
+        "(or use an atomic)";
+  } else if (rep.what.find("use-after-free") != std::string::npos) {
+    meaning =
+        "memory is used after it was freed: a pointer into a tensor, vector or object that no longer "
+        "exists (a temporary's data_ptr, an iterator kept across a resize)";
+  } else if (rep.what.find("overflow") != std::string::npos && rep.what.find("runtime error") == std::string::npos) {
+    meaning = "an access outside a buffer (an index off by one, a size from the wrong tensor)";
+  } else if (rep.what.find("use-after-return") != std::string::npos ||
+             rep.what.find("use-after-scope") != std::string::npos) {
+    meaning = "a reference to a local variable is used after it went away";
+  } else if (rep.what.find("deadlock") != std::string::npos || rep.what.find("lock-order") != std::string::npos) {
+    meaning = "two locks are taken in different orders by different threads: they can deadlock";
+  } else if (rep.what.find("runtime error") != std::string::npos) {
+    meaning = "undefined behaviour";
+  }
+  std::string exercise;
+  if (!rep.path.empty() && fs::is_regular_file(rep.path)) {
+    try {
+      for (const auto& region : parse_marked_file(rep.path).regions) {
+        if (rep.line > region.begin_line && rep.line < region.end_line) {
+          exercise = fmt::format(", in exercise {}'s code", region.id);
+        }
+      }
+    } catch (const Error&) {
+      // Markers the region rule reports; the frame still names the line.
+    }
+  }
+  return fmt::format("{}{}{}: {}", rep.what, rep.where.empty() ? "" : " at " + rep.where, exercise, meaning);
+}
+
 void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   const std::string filter = c.text("filter");
   // The test binary's own folder: its only writable place (sandboxed), its TMPDIR, its results.
@@ -62,7 +170,19 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   spec.command = {ctx.bin.tests, "--gtest_filter=" + filter, "--gtest_output=json:" + out.string(), "--gtest_color=no"};
   spec.timeout_s = c.number("timeout_s") > 0 ? c.number("timeout_s") : ctx.spec.test_timeout_s;
   spec.prefix_output = false;
-  apply_memory_limit(spec, ctx.spec.memory_limit_mb);
+  const bool sanitized = !ctx.bin.sanitizer.empty();
+  if (sanitized) {
+    // Stop at the first finding, with its stack; LibTorch's allocations live as long as the
+    // process, so leaks are not reported. The sanitizers' shadow memory is terabytes of address
+    // space: no address-space limit, and instrumented code runs several times slower.
+    spec.extra_env["ASAN_OPTIONS"] = "detect_leaks=0:halt_on_error=1:abort_on_error=0";
+    spec.extra_env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1";
+    spec.extra_env["TSAN_OPTIONS"] = "halt_on_error=1:second_deadlock_stack=1";
+    spec.extra_env["OMP_NUM_THREADS"] = "1";  // LibTorch's OpenMP pool is not instrumented
+    spec.timeout_s *= 4;
+  } else {
+    apply_memory_limit(spec, ctx.spec.memory_limit_mb);
+  }
   spec.file_size_limit_bytes = uint64_t{1} << 30;
   std::string log;
   spec.on_line = [&](int, bool, const std::string& l) {
@@ -72,6 +192,12 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   if (ctx.sandbox) confine(*ctx.sandbox, spec, dir.string());
   LaunchResult lr = launch(spec);
   if (ctx.sandbox) restore_signals(*ctx.sandbox, lr);
+  if (sanitized) {
+    if (const auto rep = sanitizer_report(log, ctx.spec.manifest)) {
+      fail(r, fmt::format("{} (-fsanitize={})", rep->what, ctx.bin.sanitizer), sanitizer_diagnosis(*rep), rep->text);
+      return;
+    }
+  }
   if (lr.timed_out) {
     fail(r, fmt::format("the tests ({}) timed out after {:.0f} s", filter, spec.timeout_s),
          "the code under test hangs or loops forever", last_chars(log, 4000));

@@ -2,6 +2,8 @@
 // passing, failing with the spec's diagnosis, all failing at a stub, and unreadable results.
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "check_fixture.h"
 
 namespace ddplab::grader::testing {
@@ -167,6 +169,122 @@ TEST_F(UnitTestsCheck, TheFilterIsRequiredAndTheKindReadsNoRun) {
                        "\"x\"\nrun = \"r\"\n")
                 .find("reads no run"),
             std::string::npos);
+}
+
+// --sanitize: the tests built under a sanitizer stop at its first report, without results. The
+// check fails with the report's kind, the first stack frame in a student file (not the library's
+// frames above it) and the exercise whose region holds that line. The reports are abridged from
+// real ones (GCC 12's libtsan and libasan, this kit's lab 08 and lab 01).
+class SanitizedUnitTestsCheck : public CheckTest {
+ protected:
+  void SetUp() override {
+    CheckTest::SetUp();
+    student_ = write("lab09_student.cpp",
+                     "// a student file\n"
+                     "// BEGIN STUDENT CODE (09.1: a loader)\n"
+                     "void work() {\n"
+                     "  made.emplace(k, m);\n"
+                     "}\n"
+                     "// END STUDENT CODE\n");
+    bin_.tests = write("fake_sanitized_tests", fmt::format(R"(#!/bin/sh
+for a in "$@"; do
+  case "$a" in --gtest_output=json:*) out="${{a#--gtest_output=json:}}";; --gtest_filter=*) f="${{a#--gtest_filter=}}";; esac
+done
+case "$f" in
+  Race*) cat >&2 <<'EOF'
+==================
+WARNING: ThreadSanitizer: data race (pid=2)
+  Read of size 8 at 0x7b18001d0180 by thread T6:
+    #0 std::less<long>::operator()(long const&, long const&) const /usr/include/c++/12/bits/stl_function.h:408:16 (tests+0x175128) (BuildId: 7d63620822524e45)
+    #1 std::map<long, Made>::emplace<long&, Made>(long&, Made&&) /usr/include/c++/12/bits/stl_map.h:596:22 (tests+0x175128)
+    #2 lab08::PrefetchLoader::State::work() {student}:4:12 (tests+0x175128)
+    #3 lab08::PrefetchLoader::State::State(lab08::BatchSource const&, int, int)::'lambda'()::operator()() const {student}:35:69 (tests+0x174e43) (BuildId: 7d63620822524e45)
+
+  Previous write of size 8 at 0x7b18001d0180 by main thread (mutexes: write M0):
+    #0 std::map<long, Made>::erase(std::_Rb_tree_iterator<std::pair<long const, Made> >) /usr/include/c++/12/bits/stl_map.h:1070:24 (tests+0x17d4)
+EOF
+    exit 66;;
+  Heap*) cat >&2 <<'EOF'
+=================================================================
+==77==ERROR: AddressSanitizer: heap-use-after-free on address 0x60b0000c4e40 at pc 0x7f3e6 bp 0x7ffd sp 0x7ffd
+READ of size 1024 at 0x60b0000c4e40 thread T0
+    #0 0x7f3e6b4 in __interceptor_memmove ../../../../src/libsanitizer/sanitizer_common/sanitizer_common_interceptors.inc:810
+    #1 0x55d0a1 in std::vector<float, std::allocator<float> >::_M_range_insert<float const*>(float*, float const*, float const*) /usr/include/c++/12/bits/vector.tcc:778
+    #2 0x55d0b2 in lab01::evaluate(ddplab::DeepFM&, ddplab::data::Dataset const&, unsigned long, long, c10::Device) {student}:4
+    #3 0x55d0c3 in main /work/main/labs/lab01_baseline/tests/lab01_test.cpp:120
+EOF
+    exit 1;;
+  Ub*) echo "{student}:4:9: runtime error: signed integer overflow: 2147483647 + 1 cannot be represented in type 'int'" >&2; exit 1;;
+  Clean*) [ "$TSAN_OPTIONS" = "halt_on_error=1:second_deadlock_stack=1" ] && \
+     echo '{{"testsuites":[{{"name":"S","testsuite":[{{"name":"a"}}]}}]}}' > "$out";;
+esac
+)",
+                                                           fmt::arg("student", student_)));
+    std::filesystem::permissions(bin_.tests, std::filesystem::perms::owner_all);
+    bin_.sanitizer = "thread";
+    load(R"(
+[[check]]
+id = "race"
+kind = "unit_tests"
+name = "a data race"
+exercise = "09.1"
+filter = "Race.*"
+points = 5
+
+[[check]]
+id = "heap"
+kind = "unit_tests"
+name = "a use after free"
+exercise = "09.1"
+filter = "Heap.*"
+points = 5
+
+[[check]]
+id = "ub"
+kind = "unit_tests"
+name = "undefined behaviour"
+exercise = "09.1"
+filter = "Ub.*"
+points = 5
+
+[[check]]
+id = "clean"
+kind = "unit_tests"
+name = "nothing found"
+filter = "Clean.*"
+points = 5
+)");
+    spec_.manifest = {"lab09_student.cpp"};
+  }
+  std::string student_;
+};
+
+TEST_F(SanitizedUnitTestsCheck, AFindingFailsTheCheckAtTheStudentsFrameAndExercise) {
+  const auto race = grade("race");
+  EXPECT_TRUE(has(race, Status::kFailed,
+                  "ThreadSanitizer: data race at lab09_student.cpp:4 (in lab08::PrefetchLoader::State::work()), in "
+                  "exercise 09.1's code: two threads use the same memory"))
+      << race.diagnosis;
+  EXPECT_EQ(race.observed, "ThreadSanitizer: data race (-fsanitize=thread)");
+  EXPECT_NE(race.details.find("Previous write of size 8"), std::string::npos) << race.details;
+  const auto heap = grade("heap");
+  EXPECT_TRUE(has(heap, Status::kFailed,
+                  "AddressSanitizer: heap-use-after-free at lab09_student.cpp:4 (in lab01::evaluate(ddplab::DeepFM&, "
+                  "ddplab::data::Dataset const&, unsigned long, long, c10::Device)), in exercise 09.1's code: memory "
+                  "is used after it was freed"))
+      << heap.diagnosis;
+  const auto ub = grade("ub");
+  EXPECT_TRUE(has(ub, Status::kFailed,
+                  "runtime error: signed integer overflow: 2147483647 + 1 cannot be represented in type 'int' at "
+                  "lab09_student.cpp:4, in exercise 09.1's code: undefined behaviour"))
+      << ub.diagnosis;
+}
+
+// The sanitizer's options reach the tests (the stand-in writes results only when they do), and a
+// run it finds nothing in is graded as usual.
+TEST_F(SanitizedUnitTestsCheck, TheTestsRunWithTheSanitizersOptionsAndPassWhenNothingIsFound) {
+  const auto clean = grade("clean");
+  EXPECT_TRUE(has(clean, Status::kPassed)) << clean.diagnosis << clean.details;
 }
 
 }  // namespace

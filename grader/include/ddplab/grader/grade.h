@@ -99,6 +99,10 @@ struct GradeOptions {
   /// Measure each [[leaderboard]] figure this many times (its check's runs made again for each
   /// after the first) and report the median and the spread; 0: no leaderboard.
   int leaderboard_repeats = 0;
+  /// Run the unit-test checks' binaries built under the lab's sanitizer (AddressSanitizer and
+  /// UBSan; ThreadSanitizer where the students write threads, lab 08): a memory error, undefined
+  /// behaviour or a data race in the tested code fails the check with the sanitizer's report.
+  bool sanitize = false;
   bool build = true;  ///< (re)build the lab's targets before grading
   bool color = false;
   bool quiet = false;  ///< no progress lines
@@ -140,6 +144,9 @@ struct LabBinaries {
   std::string program;
   std::string tests;
   std::string student;  ///< the static library compiled from the student files ("" if the build does not say)
+  /// With GradeOptions::sanitize: `tests` is the sanitized binary, built with these -fsanitize
+  /// values ("address,undefined" or "thread"); "" otherwise.
+  std::string sanitizer;
 };
 
 /// Everything a check may look at.
