@@ -2,7 +2,16 @@
 // bookkeeping, and the end-of-run summary and report.
 #include "ddplab/lab.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cctype>
+#include <chrono>
+#include <cstring>
+#include <map>
 #include <cmath>
 #include <iostream>
 
@@ -289,10 +298,94 @@ bool LabRun::attempt(const std::function<void()>& exercise) {
   }
 }
 
+std::map<size_t, std::string> crashing_probes(const std::vector<Probe>& probes, ProbeContext& ctx, double timeout_s) {
+  std::map<size_t, std::string> crashed;
+  size_t from = 0;
+  while (from < probes.size()) {
+    int fds[2];
+    if (::pipe(fds) != 0) return crashed;  // nothing screened: the probes run as before
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      return crashed;
+    }
+    if (pid == 0) {
+      // The child: each probe's index on the pipe before it runs, its output nowhere (the probes
+      // run again in the parent, which prints what they say), one thread (LibTorch's pool is not
+      // the parent's after a fork), no destructors on the way out.
+      ::close(fds[0]);
+      const int null = ::open("/dev/null", O_WRONLY);
+      if (null >= 0) {
+        ::dup2(null, STDOUT_FILENO);
+        ::dup2(null, STDERR_FILENO);
+      }
+      torch::set_num_threads(1);
+      for (size_t i = from; i < probes.size(); ++i) {
+        const uint32_t at = static_cast<uint32_t>(i);
+        if (::write(fds[1], &at, sizeof at) != static_cast<ssize_t>(sizeof at)) ::_exit(2);
+        try {
+          probes[i].run(ctx);
+        } catch (...) {
+          // An exception is the in-process run's to report.
+        }
+      }
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    int64_t last = -1;
+    bool timed_out = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        timed_out = true;
+        break;
+      }
+      pollfd pfd{fds[0], POLLIN, 0};
+      const int ready = ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) continue;
+      uint32_t at = 0;
+      const ssize_t n = ::read(fds[0], &at, sizeof at);
+      if (n == static_cast<ssize_t>(sizeof at)) {
+        last = at;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      break;  // end of file: the child has finished or died
+    }
+    ::close(fds[0]);
+    if (timed_out) ::kill(pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!timed_out && !WIFSIGNALED(status)) return crashed;  // every probe from `from` on returned
+    if (last < static_cast<int64_t>(from)) return crashed;   // died before its first probe: not a probe's doing
+    crashed[static_cast<size_t>(last)] = timed_out
+                                             ? fmt::format("did not return within {:g} s", timeout_s)
+                                             : fmt::format("killed the process ({})", strsignal(WTERMSIG(status)));
+    from = static_cast<size_t>(last) + 1;
+  }
+  return crashed;
+}
+
 std::set<std::string> run_probes(const std::vector<Probe>& probes, ProbeContext& ctx,
                                  const std::function<void(const NotImplemented&)>& missing) {
   std::set<std::string> absent;
-  for (const Probe& p : probes) {
+  // On a CPU each probe is tried first in a child process: one that crashes or hangs is not run
+  // here, so only the runs that use its exercise meet the crash (with its cause), not every run of
+  // the lab. (A CUDA context does not survive a fork: there the probes run as they are.)
+  const auto crashed = ctx.device.is_cpu() ? crashing_probes(probes, ctx) : std::map<size_t, std::string>{};
+  for (size_t i = 0; i < probes.size(); ++i) {
+    const Probe& p = probes[i];
+    if (const auto c = crashed.find(i); c != crashed.end()) {
+      log::warn("{} ({}) {} on a probe: only what uses exercise {} will meet it", p.what, p.exercise, c->second,
+                p.exercise);
+      continue;
+    }
     try {
       p.run(ctx);
     } catch (const NotImplemented& e) {

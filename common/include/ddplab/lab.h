@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -95,8 +96,18 @@ struct Probe {
 /// error is a warning naming the exercise and what was probed, and the exercise counts as
 /// present, so that training meets the error again with its cause. One probe's failure is its
 /// exercise's only: the next probe still runs.
+/// On a CPU device each probe is first tried in a child process (crashing_probes): a probe that
+/// kills its process or hangs is skipped here with a warning, so that only the runs that use its
+/// exercise meet the crash.
 std::set<std::string> run_probes(const std::vector<Probe>& probes, ProbeContext& ctx,
                                  const std::function<void(const NotImplemented&)>& missing);
+
+/// The probes that crash (end their process by a signal) or do not return within `timeout_s`,
+/// by index, with what happened ("killed the process (Segmentation fault)"): the probes run in
+/// order in a forked child, started again after each one that crashed. Needs a fork-safe device
+/// (a CPU).
+std::map<size_t, std::string> crashing_probes(const std::vector<Probe>& probes, ProbeContext& ctx,
+                                              double timeout_s = 60);
 
 /// What one finished epoch did on this rank.
 struct EpochSummary {
