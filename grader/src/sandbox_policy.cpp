@@ -54,7 +54,12 @@ std::string hidden_path_in(const std::string& text, const GradeOptions& o, const
     for (size_t at = text.find(h); at != std::string::npos; at = text.find(h, at + 1)) {
       const size_t end = text.find_first_of(" \t\n\"'`),;", at);
       const std::string path = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
-      if (std::none_of(visible.begin(), visible.end(), [&](const std::string& v) { return path.rfind(v, 0) == 0; })) {
+      // A visible folder is named with or without its trailing '/' (the data set's folder in an error
+      // about it is "<data>", not "<data>/").
+      const auto inside = [&](const std::string& v) {
+        return path.rfind(v, 0) == 0 || (v.back() == '/' && path == v.substr(0, v.size() - 1));
+      };
+      if (std::none_of(visible.begin(), visible.end(), inside)) {
         return path;
       }
     }

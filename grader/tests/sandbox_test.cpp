@@ -20,6 +20,7 @@
 
 #include "ddplab/config.h"
 #include "ddplab/error.h"
+#include "../src/harness_parts.h"
 #include "scratch_dir.h"
 
 namespace fs = std::filesystem;
@@ -384,3 +385,45 @@ TEST(MemoryLimit, IsOnPrivateWritableMemoryInACudaBuildAndOnAddressSpaceElsewher
 }
 
 }  // namespace
+
+namespace ddplab::grader::testing {
+namespace {
+
+// A failed check whose output names a path the sandbox hides gets that cause first; paths the
+// program may read (the data set, named as its folder too, its run folder, its binaries) do not.
+// The data set's folder inside the build folder, named without a trailing '/', once read as hidden.
+TEST(SandboxCause, OnlyAHiddenPathIsNamedNotTheDataSetOrTheRunFolder) {
+  GradeOptions o;
+  o.source_dir = "/kit";
+  o.build_dir = "/kit/build/solutions";
+  o.data_dir = "/kit/build/solutions/testdata/tiny";
+  o.out_dir = "/kit/build/solutions/out";
+  o.calibration = "/kit/build/solutions/grader/calibration.json";
+  Sandbox sandbox;
+  sandbox.enabled = true;
+  LabBinaries bin;
+  bin.program = "/kit/build/solutions/submission/bin/lab04_grad_sync";
+  auto cause = [&](const std::string& details) {
+    CheckResult r;
+    r.status = Status::kFailed;
+    r.diagnosis = "the check's own";
+    r.details = details;
+    parts::name_sandbox_cause(sandbox, o, bin, r);
+    return r.diagnosis;
+  };
+  EXPECT_EQ(cause("error: bucket 3 of 2 (data /kit/build/solutions/testdata/tiny)"), "the check's own");
+  EXPECT_EQ(cause("reading /kit/build/solutions/testdata/tiny/train-00000.bin"), "the check's own");
+  EXPECT_EQ(cause("wrote /kit/build/solutions/out/lab04/runs/a/rank0.json"), "the check's own");
+  EXPECT_NE(cause("cannot open /kit/solutions/lab04_grad_sync/lab04_student.cpp")
+                .find("the program reached for /kit/solutions/lab04_grad_sync/lab04_student.cpp, which the grader's "
+                      "sandbox hides"),
+            std::string::npos);
+  EXPECT_NE(cause("cannot open /kit/build/solutions/grader/calibration.json")
+                .find("reached for "
+                      "/kit/build/solutions/grader/"
+                      "calibration.json"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddplab::grader::testing
