@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <regex>
 
 #include <torch/torch.h>
 
@@ -101,6 +102,13 @@ std::string failure_diagnosis(const RunOutcome& run, const GradeContext& ctx) {
   }
   if (!stall_line(log).empty()) {
     return "a collective timed out (a rank skipped it or called a different one): " + stall_line(log);
+  }
+  // LibTorch's words for an operation on a default-constructed torch::Tensor, in its messages and
+  // the kit's ("Undefined tensor is not allowed", "expected a defined Tensor", "an undefined tensor").
+  static const std::regex undefined_re("[Uu]ndefined [Tt]ensor|not a defined [Tt]ensor|expected a defined [Tt]ensor");
+  if (std::regex_search(log, undefined_re) || std::regex_search(failure_cause(run), undefined_re)) {
+    return "a rank used an undefined torch::Tensor: one that was never assigned (a value not read back from a file, "
+           "not returned, or moved from)";
   }
   if (run.summary.find("SIG") != std::string::npos) {
     return "a rank crashed: an out-of-bounds access, a null or undefined tensor, or an uncaught signal";

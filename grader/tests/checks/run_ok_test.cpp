@@ -42,6 +42,16 @@ TEST_F(RunOkCheck, AnotherStatusACrashOrAHangFails) {
   EXPECT_TRUE(has(grade("ok"), Status::kFailed, "a collective did not complete: rank 0 allreduce #1"));
 }
 
+// A rank that stopped on an operation on an undefined tensor (a resume whose loaded state was never
+// filled in) is told so, not "the program failed".
+TEST_F(RunOkCheck, AnUndefinedTensorIsNamedAsTheCause) {
+  auto& run = add_run("r", {good_report(), good_report()});
+  run.exit_code = 1;
+  run.summary = "rank 0 exited with status 1";
+  run.log_tail = "[rank 0] error: Undefined tensor is not allowed\nException raised from set_state at ...\n";
+  EXPECT_TRUE(has(grade("ok"), Status::kFailed, "a rank used an undefined torch::Tensor"));
+}
+
 TEST_F(RunOkCheck, ARanksOwnErrorIsTheCauseOfItsPeersTimeout) {
   // Rank 1 stops on its own error; rank 0 then times out in the collective rank 1 never joined.
   // The observed cause is rank 1's error, and the stall is named as its consequence.
