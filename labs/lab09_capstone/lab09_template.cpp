@@ -32,6 +32,10 @@ void add_flags(ddplab::LabFlags& f, Settings& s) {
   f.option("--warmup-steps", s.warmup_steps, "Optimizer steps of linear warm-up to the scaled learning rate")
       ->check(CLI::NonNegativeNumber);
   f.option("--embedding-dim", s.embedding_dim, "DeepFM's embedding dimension")->check(CLI::PositiveNumber);
+  f.option("--input-dropout", s.input_dropout,
+           "Dropout on the dense features while training, drawn from the job's random number generator (which a "
+           "checkpoint saves and a resume restores); 0: none")
+      ->check(CLI::Range(0.0, 0.9));
   f.option("--checkpoint-dir", s.checkpoint_dir, "Where checkpoints go (default: checkpoints/ next to the report)");
   f.option("--checkpoint-every", s.checkpoint_every,
            "Write a checkpoint every N optimizer steps (0: only at the start, on SIGTERM and at a budget stop)")
@@ -171,7 +175,22 @@ Resumed resume(ddplab::LabRun& run, ddplab::dist::Communicator& comm, const Sett
     } else {
       const Checkpoint c = load_checkpoint(file->string(), job, model, optimizer);
       r.at = c.at;
-      set_rng_state(c.rng);
+      // The generator state 09.2 returns: said by name when it is missing or not one, rather than
+      // left to LibTorch's message about an undefined tensor.
+      if (!c.rng.defined()) {
+        throw CheckpointError(fmt::format(
+            "{}: load_checkpoint (09.2) returned no generator state (Checkpoint::rng is an undefined tensor): return "
+            "the \"rng\" tensor the checkpoint holds, not applied; the template restores the generator from it",
+            file->string()));
+      }
+      try {
+        set_rng_state(c.rng);
+      } catch (const std::exception& e) {
+        const std::string m = e.what();
+        throw CheckpointError(
+            fmt::format("{}: the generator state load_checkpoint (09.2) returned is not one ({} of {} elements): {}",
+                        file->string(), c10::toString(c.rng.scalar_type()), c.rng.numel(), m.substr(0, m.find('\n'))));
+      }
       if (scaler != nullptr && r.at.loss_scale > 0) scaler->load(r.at.loss_scale, r.at.scale_growth_tracker);
       r.from = fs::absolute(*file).lexically_normal().string();
       ddplab::log::info0(
@@ -280,6 +299,12 @@ std::string agree_to_stop(ddplab::dist::Communicator& comm, bool sigterm, bool b
   if (flags[0].item<float>() > 0) return "SIGTERM";
   if (flags[1].item<float>() > 0) return "budget";
   return "";
+}
+
+torch::Tensor input_dropout(const torch::Tensor& dense, double p) {
+  if (p <= 0) return dense;
+  const torch::Tensor keep = torch::empty(dense.sizes(), torch::kFloat32).bernoulli_(1.0 - p);
+  return dense * keep.to(dense.device(), dense.scalar_type()).div_(1.0 - p);
 }
 
 double warmup_lr(double target, int64_t warmup, int64_t step) {

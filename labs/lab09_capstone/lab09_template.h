@@ -28,6 +28,7 @@ namespace lab09 {
 struct Settings {
   std::string sync = "bucketed", precision = "fp32";
   int64_t accumulate = 1, warmup_steps = 0, embedding_dim = 16;
+  double input_dropout = 0;    ///< dropout on the dense features while training (draws random numbers)
   std::string checkpoint_dir;  ///< "": checkpoints/ next to the report
   int64_t checkpoint_every = 0, keep_checkpoints = 2;
   bool resume = false;
@@ -65,7 +66,8 @@ ddplab::cost::Price billed_price(const Settings& s, int world, bool rank0);
 /// Where the job starts: step 0, or the checkpoint --resume / --resume-from names, loaded into the
 /// model, the optimizer, the generator and the scaler (with 09.2; without it the job starts from
 /// step 0, said once). Refuses a folder that holds another job's checkpoints, and a resume the
-/// ranks do not agree on. Collective.
+/// ranks do not agree on. A generator state that 09.2 did not return (an undefined tensor) or that
+/// is not one is a CheckpointError saying so. Collective.
 struct Resumed {
   Position at;
   std::string from;  ///< the file resumed from ("": a fresh start)
@@ -133,6 +135,12 @@ bool sigterm_received();
 /// Why every rank stops after this step, agreed on by all ("": go on): any rank's SIGTERM, rank 0's
 /// budget decision. Collective.
 std::string agree_to_stop(ddplab::dist::Communicator& comm, bool sigterm, bool budget);
+
+/// --input-dropout: the dense features of a training batch with dropout at `p` (each zeroed with
+/// probability p, the rest scaled by 1 / (1 - p)); `dense` itself at p = 0. The mask is drawn on the
+/// CPU from the default generator, whatever the device: the generator state a checkpoint holds
+/// (rng_state()) is all a resumed job needs to draw the masks the job would have drawn.
+torch::Tensor input_dropout(const torch::Tensor& dense, double p);
 
 /// The learning rate of step `step` (0-based) with linear warm-up over `warmup` steps.
 double warmup_lr(double target, int64_t warmup, int64_t step);

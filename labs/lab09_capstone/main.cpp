@@ -2,7 +2,8 @@
 // engineers ended up with, each settable in one TOML file (--config) or on the command line:
 // the shared shuffle cut into global batches (the sampler, set_epoch included), a rung of the
 // gradient-sync ladder (--sync), bf16 autocast (--precision), the linear LR rule with warm-up,
-// gradient accumulation, and the progress line with throughput, memory and cost so far. On top,
+// gradient accumulation, dropout on the dense features (--input-dropout, drawn from the job's
+// generator), and the progress line with throughput, memory and cost so far. On top,
 // the student's pieces: checkpoints every --checkpoint-every steps, on SIGTERM and at a budget
 // stop, written by 09.1 and resumed from by 09.2 (--resume, --resume-from), and the cost meter
 // and budget alarm of 09.3 (--instance, --prices, --budget-usd). The apparatus around them is in
@@ -110,6 +111,7 @@ int main(int argc, char** argv) {
           data::Batch batch;
           whole = run.next_batch(loader, batch);
           if (!whole) break;
+          batch.dense = lab09::input_dropout(batch.dense, s.input_dropout);  // draws from the generator
           StepParts parts;
           parts.loss = [&] {
             amp::AutocastGuard cast(run.device().type(), s.autocast(), s.low());

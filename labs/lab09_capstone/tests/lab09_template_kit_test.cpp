@@ -1,7 +1,8 @@
 // The training template's apparatus (lab09_template.h) on synthetic input: checkpoint names sort
 // by step and the folder scan ignores the writer's temporary files, --resume finds the newest,
 // warm-up ramps linearly to the target, the job's clock bills world x wall time on top of what was
-// billed before, and the stop is SIGTERM's over the budget's. No student code runs here.
+// billed before, the stop is SIGTERM's over the budget's, and the input dropout draws from the CPU
+// generator (so that its state in a checkpoint resumes the same masks). No student code runs here.
 #include "lab09_template.h"
 
 #include <fstream>
@@ -57,6 +58,23 @@ TEST(Lab09Template, EveryRankStopsForSigtermBeforeTheBudget) {
   EXPECT_EQ(lab09::agree_to_stop(comm, false, false), "");
   EXPECT_EQ(lab09::agree_to_stop(comm, false, true), "budget");
   EXPECT_EQ(lab09::agree_to_stop(comm, true, true), "SIGTERM");
+}
+
+TEST(Lab09Template, InputDropoutDrawsItsMasksFromTheCpuGenerator) {
+  const torch::Tensor dense = torch::arange(1, 1 + 64 * 13, torch::kFloat32).reshape({64, 13});
+  torch::manual_seed(3);
+  const torch::Tensor before = lab09::rng_state().clone();
+  EXPECT_TRUE(lab09::input_dropout(dense, 0.0).is_same(dense)) << "p = 0: the batch itself";
+  EXPECT_TRUE(torch::equal(lab09::rng_state(), before)) << "p = 0 draws nothing";
+  const torch::Tensor once = lab09::input_dropout(dense, 0.25);
+  EXPECT_FALSE(torch::equal(lab09::rng_state(), before)) << "the mask comes from the default CPU generator";
+  const torch::Tensor kept = once.ne(0);
+  EXPECT_GT(kept.sum().item<int64_t>(), 0);
+  EXPECT_LT(kept.sum().item<int64_t>(), dense.numel());
+  EXPECT_TRUE(torch::allclose(once.masked_select(kept), dense.masked_select(kept) / 0.75))
+      << "kept: scaled by 1 / (1 - p)";
+  lab09::set_rng_state(before);  // what a resume does: the same generator state, the same mask
+  EXPECT_TRUE(torch::equal(lab09::input_dropout(dense, 0.25), once));
 }
 
 TEST(Lab09Template, Fp16IsRefusedOffCuda) {
