@@ -81,8 +81,16 @@ void blame_earlier_exercises(const LabSpec& spec, std::vector<CheckResult>& chec
     if (r.status != Status::kFailed || c == spec.checks.end()) continue;
     for (const auto& ex : c->builds_on) {
       if (std::find(r.blamed.begin(), r.blamed.end(), ex) != r.blamed.end()) break;  // said already
-      const auto failed = std::find_if(checks.begin(), checks.end(), [&](const CheckResult& c) {
-        return c.exercise == ex && (c.status == Status::kFailed || c.status == Status::kNotAttempted);
+      // A failing check of the earlier exercise that does not itself run this check's exercise: one
+      // that builds on it may fail because of this exercise, and the two would blame each other.
+      const auto failed = std::find_if(checks.begin(), checks.end(), [&](const CheckResult& other) {
+        if (other.exercise != ex || (other.status != Status::kFailed && other.status != Status::kNotAttempted)) {
+          return false;
+        }
+        const auto spec_of =
+            std::find_if(spec.checks.begin(), spec.checks.end(), [&](const CheckSpec& x) { return x.id == other.id; });
+        return spec_of == spec.checks.end() ||
+               std::find(spec_of->builds_on.begin(), spec_of->builds_on.end(), r.exercise) == spec_of->builds_on.end();
       });
       if (failed == checks.end()) continue;
       r.diagnosis = fmt::format(

@@ -186,6 +186,17 @@ TEST_F(Scratch, ACheckThatBuildsOnAnotherExerciseSendsTheStudentThereFirst) {
   blame_earlier_exercises(s, worded);
   EXPECT_EQ(worded[1].diagnosis, once);
 
+  // Two exercises that run each other's code, both failing: neither is sent to the other (the
+  // earlier one's check may fail because of the later one), so each keeps its own diagnosis.
+  auto mutual = text;
+  mutual.replace(mutual.find("id = \"same_params\"\n"), 19, "id = \"same_params\"\nbuilds_on = [\"09.2\"]\n");
+  const LabSpec m = load_spec(write("grade.toml", mutual));
+  std::vector<CheckResult> each = {result("same_params", "09.1", Status::kFailed, "ranks differ"),
+                                   result("later", "09.2", Status::kFailed, "the run failed")};
+  blame_earlier_exercises(m, each);
+  EXPECT_EQ(each[0].diagnosis, "ranks differ");
+  EXPECT_EQ(each[1].diagnosis, "the run failed");
+
   auto self = text;
   self.replace(self.find("builds_on = [\"09.1\"]"), 20, "builds_on = [\"09.2\"]");
   EXPECT_NE(error_of(self).find("builds_on 09.2 is not another of the lab's exercises (09.1, 09.2)"), std::string::npos)
