@@ -253,11 +253,27 @@ void AccumulationWatch::report(ddplab::LabRun& run, const Flags& flags, const Pl
                                         "steps, not micro-steps",
                                         bad_step_index_, bad_step_at_));
   if (!lrs_.empty()) {
+    // The verdict is 06.1's alone: the rates its apply_schedules sets on this optimizer for the
+    // run's first and last optimizer step (0 and steps - 1, counted here), whatever step index the
+    // accumulator (06.2) passed in training; the rates training applied are the report's `lrs`.
+    std::array<double, 2> first = lrs_.front(), last = lrs_.back();
+    if (schedules_) {
+      auto rates_at = [this](int64_t t) {
+        apply_schedules(optimizer_, plan_.schedules, t);
+        const auto& g = optimizer_.param_groups();
+        return std::array<double, 2>{g[0].options().get_lr(), g[1].options().get_lr()};
+      };
+      first = rates_at(0);
+      last = rates_at(steps_ - 1);
+      auto& g = optimizer_.param_groups();
+      for (size_t i = 0; i < 2; ++i) g[i].options().set_lr(lrs_.back()[i]);  // as training left them
+    }
     rep.verdict("learning_rates", schedules_,
-                fmt::format("learning rates (embeddings, dense): first step {:g}, {:g}; last step {:g}, {:g}{}",
-                            lrs_.front()[0], lrs_.front()[1], lrs_.back()[0], lrs_.back()[1],
+                fmt::format("learning rates (embeddings, dense) 06.1 sets for optimizer step 0: {:g}, {:g}; for the "
+                            "last, step {}: {:g}, {:g}{}",
+                            first[0], first[1], steps_ - 1, last[0], last[1],
                             schedules_ ? "" : " (06.1 not attempted: every step at --lr)"),
-                {{"first", lrs_.front()}, {"last", lrs_.back()}});
+                {{"first", first}, {"last", last}});
   }
   nlohmann::json lj = {{"world_size", plan.batch.world_size},
                        {"per_rank_batch", plan.batch.per_rank_batch},

@@ -95,9 +95,12 @@ lab07::StageFns deepfm_stages(DeepFM& m, const ToyBatch& t, int64_t micro) {
   return f;
 }
 
+/// What expect_split_trains_the_unsplit_model compares with the unsplit model's.
+enum Compare { kLossAndGradients, kGradients, kLoss };
+
 /// Runs the split (micro = 0: split_step, else pipeline_step with that many micro-batches) on two
 /// thread-ranks and checks every gradient and the loss against the unsplit model's.
-void expect_split_trains_the_unsplit_model(int64_t b, int64_t micro) {
+void expect_split_trains_the_unsplit_model(int64_t b, int64_t micro, Compare compare = kLossAndGradients) {
   DeepFM model;
   const ToyBatch t = toy_batch(b, 7);
   double want_loss = 0;
@@ -109,7 +112,10 @@ void expect_split_trains_the_unsplit_model(int64_t b, int64_t micro) {
         DeepFM& m = copies[static_cast<size_t>(pg.rank())];
         const lab07::StageFns fns = deepfm_stages(m, t, std::max<int64_t>(micro, 1));
         const double loss = micro == 0 ? lab07::split_step(pg, fns) : lab07::pipeline_step(pg, fns, micro);
-        if (pg.rank() == 1) EXPECT_NEAR(loss, want_loss, 1e-6) << "the batch's loss, on the last stage";
+        if (pg.rank() == 1 && compare != kGradients) {
+          EXPECT_NEAR(loss, want_loss, 1e-6) << "the batch's loss, on the last stage";
+        }
+        if (compare == kLoss) return;
         for (const auto& p : m->named_parameters()) {
           const bool mine = (p.key().rfind("mlp.", 0) == 0) == (pg.rank() == 1);
           if (!mine) continue;
@@ -121,9 +127,52 @@ void expect_split_trains_the_unsplit_model(int64_t b, int64_t micro) {
       kStall);
 }
 
+/// Runs four steps of the split (micro = 0) or the pipeline on batches A, B, A, B, the stages'
+/// parameters fixed and their gradients zeroed before each step, as a training run takes them:
+/// steps 2 and 3 must give what steps 0 and 1 gave (the student's own figures, right or wrong),
+/// since a step depends on its batch alone. Nothing is compared with the unsplit model here.
+void expect_each_step_depends_on_its_batch_alone(int64_t b, int64_t micro) {
+  DeepFM model;
+  const std::vector<ToyBatch> batches = {toy_batch(b, 21), toy_batch(b, 22)};
+  std::vector<DeepFM> copies = {copy_of(model), copy_of(model)};
+  run_ranks(
+      2,
+      [&](ProcessGroup& pg) {
+        DeepFM& m = copies[static_cast<size_t>(pg.rank())];
+        std::vector<std::map<std::string, torch::Tensor>> grads;
+        std::vector<double> losses;
+        for (size_t step = 0; step < 4; ++step) {
+          m->zero_grad();
+          const lab07::StageFns fns = deepfm_stages(m, batches[step % 2], std::max<int64_t>(micro, 1));
+          losses.push_back(micro == 0 ? lab07::split_step(pg, fns) : lab07::pipeline_step(pg, fns, micro));
+          grads.emplace_back();
+          for (const auto& p : m->named_parameters()) {
+            if (p.value().grad().defined()) grads.back()[p.key()] = p.value().grad().clone();
+          }
+        }
+        for (size_t step = 2; step < 4; ++step) {
+          EXPECT_NEAR(losses[step], losses[step - 2], 1e-6) << "rank " << pg.rank() << ", step " << step;
+          ASSERT_EQ(grads[step].size(), grads[step - 2].size()) << "rank " << pg.rank() << ", step " << step;
+          for (const auto& [name, g] : grads[step - 2]) {
+            ASSERT_TRUE(grads[step].count(name)) << name << " got no gradient in step " << step;
+            const double diff = (grads[step].at(name) - g).abs().max().item<double>();
+            EXPECT_LT(diff, 1e-6) << name << " on rank " << pg.rank() << ": step " << step << " (the batch of step "
+                                  << step - 2 << " again) gives another gradient";
+          }
+        }
+      },
+      kStall);
+}
+
 // ---- 07.1 ----
 
 TEST(Lab07Split, TwoStagesGiveTheUnsplitModelsGradients) { expect_split_trains_the_unsplit_model(16, 0); }
+
+TEST(Lab07Split, EveryStepOfARunGivesThatStepsGradients) {
+  // Four steps one after another, as a training run takes them: a step's gradients are its batch's
+  // alone (nothing carried over from the step before).
+  expect_each_step_depends_on_its_batch_alone(16, 0);
+}
 
 TEST(Lab07Split, EachStepSendsTheBoundaryForwardAndItsGradientBack) {
   DeepFM model;
@@ -153,11 +202,8 @@ TEST(Lab07Split, EachStepSendsTheBoundaryForwardAndItsGradientBack) {
 
 class Lab07Pipeline : public ::testing::TestWithParam<int64_t> {};
 
-TEST_P(Lab07Pipeline, MicroBatchesGiveOneBatchsGradients) {
-  // 11 samples: micro-batches of unequal sizes (m = 3: 4, 4, 3), so each loss needs its share.
-  expect_split_trains_the_unsplit_model(11, GetParam());
-}
-
+// The schedule first: a pipeline that stalls fails every test below too, and the grader lists
+// the failing tests' diagnoses in this order.
 TEST_P(Lab07Pipeline, TheScheduleIdlesEachStageForTheBubbleOfGPipe) {
   // Logical time: every forward and every backward costs 1 on its stage, and a tensor carries
   // the time it was sent (in its last column), so a stage that waits for it idles until then.
@@ -204,6 +250,21 @@ TEST_P(Lab07Pipeline, TheScheduleIdlesEachStageForTheBubbleOfGPipe) {
       << "stage 0 must send every forward before it waits for a gradient, stage 1 run the forwards as they "
          "arrive and then the backwards";
   EXPECT_NEAR(bubble, 1.0 / static_cast<double>(m + 1), 1e-12);
+}
+
+TEST_P(Lab07Pipeline, MicroBatchesGiveOneBatchsGradients) {
+  // 11 samples: micro-batches of unequal sizes (m = 3: 4, 4, 3), so each loss needs its share.
+  expect_split_trains_the_unsplit_model(11, GetParam(), kGradients);
+}
+
+TEST_P(Lab07Pipeline, ReturnsTheBatchsMeanLoss) {
+  // The loss of 11 samples in unequal micro-batches: the mean over the samples, not over the
+  // micro-batches' means.
+  expect_split_trains_the_unsplit_model(11, GetParam(), kLoss);
+}
+
+TEST_P(Lab07Pipeline, EveryStepOfARunGivesThatStepsGradients) {
+  expect_each_step_depends_on_its_batch_alone(10, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(MicroBatches, Lab07Pipeline, ::testing::Values(1, 2, 3, 8));
@@ -339,6 +400,34 @@ TEST(Lab07Recompute, GradientsEqualThePlainMlps) {
   ASSERT_EQ(p.size(), q.size());
   for (size_t i = 0; i < p.size(); ++i) {
     ASSERT_TRUE(q[i].grad().defined()) << "parameter " << i << " got no gradient: run the forward again in backward";
+    EXPECT_LT((p[i].grad() - q[i].grad()).abs().max().item<double>(), 1e-6) << "parameter " << i;
+  }
+}
+
+TEST(Lab07Recompute, TheGraphAboveTheMlpIsLeftToTheModelsBackward) {
+  // As in DeepFM, where the embeddings feed the MLP and the FM: the MLP's input comes from a graph
+  // that another branch of the loss uses too. Backward of the recomputation must reach only the
+  // MLP (its input detached): the model's own backward goes through the graph above it, once.
+  DeepFM model;
+  auto plain = mlp_of(model), rec = mlp_of(model);
+  torch::manual_seed(9);
+  const torch::Tensor input = torch::randn({24, 429});
+  const torch::Tensor upstream = torch::randn({429}, torch::requires_grad());
+  torch::Tensor up2 = upstream.detach().clone().requires_grad_(true);
+  {
+    const torch::Tensor x = input * upstream;
+    (plain->forward(x).sum() + (x * x).sum()).backward();
+  }
+  {
+    const torch::Tensor x = input * up2;
+    (lab07::recompute(rec, x).sum() + (x * x).sum()).backward();
+  }
+  ASSERT_TRUE(up2.grad().defined());
+  EXPECT_LT((upstream.grad() - up2.grad()).abs().max().item<double>(), 1e-5)
+      << "the gradient above the MLP, which the loss reaches through the MLP and through another branch";
+  const auto p = plain->parameters(), q = rec->parameters();
+  for (size_t i = 0; i < p.size(); ++i) {
+    ASSERT_TRUE(q[i].grad().defined()) << "parameter " << i;
     EXPECT_LT((p[i].grad() - q[i].grad()).abs().max().item<double>(), 1e-6) << "parameter " << i;
   }
 }
