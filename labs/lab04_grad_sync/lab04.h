@@ -203,6 +203,15 @@ inline ddplab::Error OverlapSync::bucket_not_launched(size_t b) const {
   for (size_t i : buckets_[b].params) {
     if (!ready_[i]) names.push_back(fmt::format("#{} ({})", i, fmt::join(params_[i].sizes(), "x")));
   }
+  if (names.empty()) {
+    // Every parameter of it is ready: not an unused parameter, the launch bookkeeping missed it.
+    return ddplab::Error(fmt::format(
+        "bucket {} of {} ({} bytes) was never launched although every one of its parameters is ready in this "
+        "step (next_ = {}, missing_[{}] = {}): the launch bookkeeping of exercise 04.2 missed it. arm() must reset "
+        "missing_, pending_ and next_ for each step; each ready parameter takes one off its bucket's missing_; "
+        "bucket next_ is launched once complete, then every complete bucket after it (a loop, not one)",
+        b, buckets_.size(), buckets_[b].bytes, next_, b, missing_[b]));
+  }
   return ddplab::Error(fmt::format(
       "bucket {} of {} ({} bytes) was never launched: parameter(s) {} received no gradient in this "
       "backward (not used by this step's forward on this rank), so the bucket never became ready. The other "
