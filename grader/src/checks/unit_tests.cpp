@@ -204,8 +204,26 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
     return;
   }
   if (!fs::exists(out)) {
-    fail(r, fmt::format("the test binary ended without results: {}", lr.summary),
-         "the code under test crashed the test program (out-of-bounds access, null tensor?)", last_chars(log, 4000));
+    // The test that was running when the binary died: its last "[ RUN      ]" without an end.
+    static const std::regex run_re(R"(\[ RUN      \] (\S+))");
+    std::string running;
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), run_re); it != std::sregex_iterator(); ++it) {
+      running = (*it)[1].str();
+    }
+    if (!running.empty() && (log.find("[       OK ] " + running) != std::string::npos ||
+                             log.find("[  FAILED  ] " + running) != std::string::npos)) {
+      running.clear();
+    }
+    std::string diagnosis = "the code under test crashed the test program (out-of-bounds access, null tensor?)";
+    if (!running.empty()) {
+      const std::string own = diagnosis_for(c.texts("test_diagnoses"), running);
+      diagnosis = fmt::format("the code under test crashed the test program in {}{}", running,
+                              own.empty() ? " (out-of-bounds access, null tensor?)" : ": " + own);
+    }
+    fail(r,
+         fmt::format("the test binary ended without results{}: {}", running.empty() ? "" : " during " + running,
+                     lr.summary),
+         diagnosis, last_chars(log, 4000));
     return;
   }
   json j;

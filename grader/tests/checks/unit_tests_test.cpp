@@ -27,6 +27,7 @@ case "$f" in
   Mapped*) echo '{"testsuites":[{"name":"S","testsuite":[{"name":"a","failures":[{"failure":"x"}]},{"name":"b","failures":[{"failure":"y"}]},{"name":"c","failures":[{"failure":"z"}]}]},{"name":"P/T","testsuite":[{"name":"d/0","failures":[{"failure":"w"}]}]}]}' > "$out";;
   Garbage*) echo 'not json {' > "$out";;
   Crash*) kill -SEGV $$;;
+  Died*) printf '[ RUN      ] S.a\n[       OK ] S.a (0 ms)\n[ RUN      ] S.b\n'; kill -SEGV $$;;
 esac
 )");
     std::filesystem::permissions(bin_.tests, std::filesystem::perms::owner_all);
@@ -113,6 +114,14 @@ name = "crash"
 filter = "Crash.*"
 timeout_s = 20
 points = 5
+
+[[check]]
+id = "died"
+kind = "unit_tests"
+name = "a crash in one test"
+filter = "Died.*"
+test_diagnoses = ["S.a=a's contract", "S.b=b's contract: skip an edge without a function"]
+points = 5
 )");
   }
 };
@@ -159,6 +168,12 @@ TEST_F(UnitTestsCheck, EachFailedTestGetsTheDiagnosisItsNameMapsTo) {
 TEST_F(UnitTestsCheck, UnreadableResultsAndCrashesAreFailedChecks) {
   EXPECT_TRUE(has(grade("garbage"), Status::kFailed, "the test program was interrupted"));
   EXPECT_TRUE(has(grade("crash"), Status::kFailed, "crashed the test program"));
+  // The test that was running when the binary died is named, with its own diagnosis.
+  const auto died = grade("died");
+  EXPECT_TRUE(has(died, Status::kFailed,
+                  "the code under test crashed the test program in S.b: b's contract: skip an edge without a function"))
+      << died.diagnosis;
+  EXPECT_EQ(died.observed.rfind("the test binary ended without results during S.b: ", 0), 0u) << died.observed;
 }
 
 TEST_F(UnitTestsCheck, TheFilterIsRequiredAndTheKindReadsNoRun) {
