@@ -136,6 +136,51 @@ TEST_F(Lab02Env, MalformedNumbersNameTheVariableAndValue) {
   }
 }
 
+TEST_F(Lab02Env, EmptyOrPaddedNumbersAreErrors) {
+  // What a launch script passes when the variable it copies is unset (RANK=$SLURM_PROCID outside
+  // Slurm): an empty value, which strtol and atoi read as 0, so every process would be rank 0.
+  // Signs and spaces are not plain decimal integers either.
+  const std::map<std::string, std::string> good = {{"RANK", "1"},
+                                                   {"WORLD_SIZE", "2"},
+                                                   {"LOCAL_RANK", "1"},
+                                                   {"LOCAL_WORLD_SIZE", "2"},
+                                                   {"MASTER_ADDR", "127.0.0.1"},
+                                                   {"MASTER_PORT", "29500"}};
+  for (const char* var : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"}) {
+    for (const char* bad : {"", " 1", "1 ", "+1"}) {
+      auto vars = good;
+      vars[var] = bad;
+      SCOPED_TRACE(std::string(var) + "='" + bad + "'");
+      expect_error_naming(vars, var);
+    }
+  }
+}
+
+TEST_F(Lab02Env, NumbersTooLargeAreErrors) {
+  // Digits only, but too large for an int: an error naming the variable, not a std::out_of_range
+  // from std::stoi and not a value wrapped around (4294967298 as a 32-bit int is 2).
+  const std::map<std::string, std::string> good = {{"RANK", "1"},
+                                                   {"WORLD_SIZE", "2"},
+                                                   {"LOCAL_RANK", "1"},
+                                                   {"LOCAL_WORLD_SIZE", "2"},
+                                                   {"MASTER_ADDR", "127.0.0.1"},
+                                                   {"MASTER_PORT", "29500"}};
+  for (const char* var : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"}) {
+    for (const char* bad : {"4294967298", "99999999999", "123456789012345678901234567890"}) {
+      auto vars = good;
+      vars[var] = bad;
+      SCOPED_TRACE(std::string(var) + "=" + bad);
+      expect_error_naming(vars, var, bad);
+    }
+  }
+}
+
+TEST_F(Lab02Env, AnEmptyMasterAddrIsNotAnAddress) {
+  // Set but empty is not set: a job of 2 cannot meet at "".
+  expect_error_naming({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", ""}, {"MASTER_PORT", "29500"}},
+                      "MASTER_ADDR");
+}
+
 TEST_F(Lab02Env, InconsistentValuesAreErrors) {
   expect_error_naming({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}}, "RANK",
                       "2");
@@ -193,14 +238,25 @@ void for_worlds(Fn fn) {
   }
 }
 
+/// broadcast_parameters, or false when it threw a c10::Error (an in-place write into a leaf
+/// parameter outside NoGradGuard throws one on every rank): that is
+/// BroadcastWritesInPlaceWithoutRecordingAutograd's finding, which the other tests leave to it.
+bool broadcast_or_leave(ProcessGroup& pg, torch::nn::Module& m) {
+  try {
+    lab02::broadcast_parameters(pg, m);
+    return true;
+  } catch (const c10::Error&) {
+    return false;
+  }
+}
+
 TEST(Lab02Comm, BroadcastGivesEveryRankRankZerosParametersAndBuffers) {
   for_worlds([](int world) {
     run_ranks(world, [](ProcessGroup& pg) {
       Tiny m, expected;
       fill(m, pg.rank());
       fill(expected, 0);
-      const void* storage = m->a.data_ptr();
-      lab02::broadcast_parameters(pg, *m);
+      if (!broadcast_or_leave(pg, *m)) return;
       const auto got = m->named_parameters();
       const auto want = expected->named_parameters();
       for (const auto& item : want) {
@@ -210,6 +266,22 @@ TEST(Lab02Comm, BroadcastGivesEveryRankRankZerosParametersAndBuffers) {
       for (const auto& item : expected->named_buffers()) {
         EXPECT_TRUE(torch::equal(gb[item.key()], item.value()))
             << "rank " << pg.rank() << " buffer " << item.key() << " (buffers are model state too)";
+      }
+    });
+  });
+}
+
+TEST(Lab02Comm, BroadcastWritesInPlaceWithoutRecordingAutograd) {
+  for_worlds([](int world) {
+    run_ranks(world, [](ProcessGroup& pg) {
+      Tiny m;
+      fill(m, pg.rank());
+      const void* storage = m->a.data_ptr();
+      try {
+        lab02::broadcast_parameters(pg, *m);
+      } catch (const c10::Error& e) {
+        ADD_FAILURE() << "rank " << pg.rank() << ": broadcast_parameters threw: " << e.what_without_backtrace();
+        return;
       }
       EXPECT_EQ(m->a.data_ptr(), storage) << "overwrite the parameters in place: an optimizer holds these tensors";
       EXPECT_TRUE(m->a.requires_grad());
@@ -229,30 +301,38 @@ TEST(Lab02Comm, BroadcastMakesDeepFMDigestsEqual) {
         torch::manual_seed(static_cast<uint64_t>(pg.rank()) + 1);
         m = std::make_unique<ddplab::DeepFM>();
       }
-      lab02::broadcast_parameters(pg, **m);
+      if (!broadcast_or_leave(pg, **m)) return;
       std::lock_guard<std::mutex> lock(mu);
       digests[static_cast<size_t>(pg.rank())] = ddplab::parameter_digest(**m);
     });
+    if (digests[0].empty()) return;  // it threw: BroadcastWritesInPlaceWithoutRecordingAutograd
     for (int r = 1; r < world; ++r) EXPECT_EQ(digests[static_cast<size_t>(r)], digests[0]) << "rank " << r;
   });
 }
 
-/// Rank r's gradient is (r + 1) * (index + 1) for `a` and `b`, none for `frozen`; after
-/// average_gradients both must hold the average (N + 1) / 2 * (index + 1) and `frozen` none.
+/// Rank r's gradient is (r + 1) * (index + 1) for `a` and `b`, none for `frozen`.
+template <typename Module>
+void set_rank_gradients(Module& m, int rank) {
+  const double r1 = rank + 1;
+  m->a.mutable_grad() = (torch::arange(7) + 1) * r1;
+  m->b.mutable_grad() = (torch::arange(15).reshape({3, 5}) + 1) * r1;
+}
+
+/// After average_gradients `a` and `b` must hold the average (N + 1) / 2 * (index + 1).
 /// `order` says where the gradient-less parameter sits, for the failure messages.
 template <typename Module>
 void expect_averaged(Module& m, ProcessGroup& pg, int world, const char* order) {
-  const double r1 = pg.rank() + 1;
-  m->a.mutable_grad() = (torch::arange(7) + 1) * r1;
-  m->b.mutable_grad() = (torch::arange(15).reshape({3, 5}) + 1) * r1;
+  set_rank_gradients(m, pg.rank());
   lab02::average_gradients(pg, *m);
+  // Every rank left holding rank 0's gradient (a broadcast, not an average): that is
+  // GradientsAreAveragedOverEveryRank's finding, which this test leaves to it.
+  if (world > 1 && torch::equal(m->a.grad(), (torch::arange(7) + 1) * 1.0)) return;
   const double mean = (world + 1) / 2.0;
   EXPECT_TRUE(torch::allclose(m->a.grad(), (torch::arange(7) + 1) * mean, 0, 1e-6))
       << "rank " << pg.rank() << " (" << order << ") got " << m->a.grad() << " expected the average " << mean
       << " x (i+1)";
   EXPECT_TRUE(torch::allclose(m->b.grad(), (torch::arange(15).reshape({3, 5}) + 1) * mean, 0, 1e-6))
       << "rank " << pg.rank() << " (" << order << "): the last parameter was not averaged";
-  EXPECT_FALSE(m->frozen.grad().defined()) << "a parameter without a gradient is left alone";
   EXPECT_FALSE(m->a.grad().requires_grad());
 }
 
@@ -261,6 +341,24 @@ TEST(Lab02Comm, GradientsAreAveragedNotSummed) {
     run_ranks(world, [world](ProcessGroup& pg) {
       Tiny m;
       expect_averaged(m, pg, world, "the gradient-less parameter last");
+    });
+  });
+}
+
+TEST(Lab02Comm, GradientsAreAveragedOverEveryRank) {
+  // Rank r's gradient is 1 at index r and 0 elsewhere: whatever the scale, every rank's gradient
+  // must weigh the same in the result, so indices 0..N-1 end equal, on every rank.
+  for_worlds([](int world) {
+    run_ranks(world, [world](ProcessGroup& pg) {
+      Tiny m;
+      m->a.mutable_grad() = torch::zeros({7});
+      m->a.mutable_grad()[pg.rank()] = 1.0;
+      lab02::average_gradients(pg, *m);
+      const auto g = m->a.grad();
+      for (int r = 1; r < world; ++r) {
+        EXPECT_EQ(g[r].item<double>(), g[0].item<double>())
+            << "rank " << pg.rank() << ": rank " << r << "'s gradient weighs differently from rank 0's: " << g;
+      }
     });
   });
 }
@@ -278,10 +376,38 @@ struct FrozenFirstImpl : torch::nn::Module {
 TORCH_MODULE(FrozenFirst);
 
 TEST(Lab02Comm, AParameterWithoutAGradientIsSkippedNotTheEnd) {
+  // The same gradients with the gradient-less parameter first and last must come out the same:
+  // compared with the code's own result (so the scale is GradientsAreAveraged*'s finding).
   for_worlds([](int world) {
-    run_ranks(world, [world](ProcessGroup& pg) {
-      FrozenFirst m;
-      expect_averaged(m, pg, world, "the gradient-less parameter first: the ones after it must be averaged too");
+    run_ranks(world, [](ProcessGroup& pg) {
+      Tiny last;
+      FrozenFirst first;
+      set_rank_gradients(last, pg.rank());
+      set_rank_gradients(first, pg.rank());
+      lab02::average_gradients(pg, *last);
+      try {
+        lab02::average_gradients(pg, *first);
+      } catch (const c10::Error& e) {
+        ADD_FAILURE() << "rank " << pg.rank()
+                      << ": with the gradient-less parameter first it threw: " << e.what_without_backtrace();
+        return;
+      }
+      EXPECT_TRUE(torch::equal(first->a.grad(), last->a.grad()))
+          << "rank " << pg.rank() << ": the parameter after the gradient-less one got " << first->a.grad()
+          << " instead of " << last->a.grad();
+      EXPECT_TRUE(torch::equal(first->b.grad(), last->b.grad())) << "rank " << pg.rank() << ": the last parameter";
+    });
+  });
+}
+
+TEST(Lab02Comm, AParameterWithoutAGradientKeepsNone) {
+  for_worlds([](int world) {
+    run_ranks(world, [](ProcessGroup& pg) {
+      Tiny m;
+      set_rank_gradients(m, pg.rank());
+      lab02::average_gradients(pg, *m);
+      EXPECT_FALSE(m->frozen.grad().defined())
+          << "rank " << pg.rank() << ": a parameter without a gradient is left alone";
     });
   });
 }
@@ -306,9 +432,7 @@ TEST(Lab02Comm, AveragingKeepsIdenticalModelsIdentical) {
       std::lock_guard<std::mutex> lock(mu);
       digests[static_cast<size_t>(pg.rank())] = ddplab::parameter_digest(*m);
     });
-    Tiny start;
-    fill(start, 0);
-    EXPECT_NE(digests[0], ddplab::parameter_digest(*start)) << "the parameters should have moved";
+    // (Whether they moved, i.e. the gradient's scale, is GradientsAreAveragedNotSummed's finding.)
     for (int r = 1; r < world; ++r) EXPECT_EQ(digests[static_cast<size_t>(r)], digests[0]) << "rank " << r;
   });
 }
