@@ -449,9 +449,92 @@ TEST(Kit, EveryTestDiagnosisNamesATestOfItsLab) {
   EXPECT_GE(patterns, 8u);  // labs 01, 02 and 03 use them
 }
 
+// Unit-test checks map each failed assertion group to its own diagnosis (issue 37): every test a
+// check's filter selects, when it selects more than one, matches a test_diagnoses pattern, so a
+// student is told what the failing test means, not the check's one sentence whatever failed.
+// Tests are read from the lab's tests/*.cpp (the kit's own *_kit_test.cpp apart); a TEST_P is
+// named as gtest names it, "Prefix/Suite.Name/0", and as "Suite.Name".
+TEST(Kit, EveryTestOfAUnitTestCheckHasItsOwnDiagnosis) {
+  size_t checked = 0;
+  auto matches = [](const std::string& pattern, const std::vector<std::string>& names) {
+    return std::any_of(names.begin(), names.end(),
+                       [&](const std::string& n) { return fnmatch(pattern.c_str(), n.c_str(), 0) == 0; });
+  };
+  for (const auto& spec : load_all_specs(DDPLAB_TEST_SOURCE_ROOT)) {
+    std::vector<std::vector<std::string>> tests;  // each test's names
+    const fs::path dir = fs::path(spec.path).parent_path() / "tests";
+    if (!fs::is_directory(dir)) continue;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string file = e.path().filename().string();
+      if (e.path().extension() != ".cpp" || file.find("_kit_test.cpp") != std::string::npos) continue;
+      const std::string text = read_file(e.path());
+      std::vector<std::pair<std::string, std::string>> instances;  // (prefix, suite)
+      const std::regex inst_re(R"(INSTANTIATE_TEST_SUITE_P\(\s*(\w+)\s*,\s*(\w+))");
+      for (auto it = std::sregex_iterator(text.begin(), text.end(), inst_re); it != std::sregex_iterator(); ++it) {
+        instances.emplace_back((*it)[1].str(), (*it)[2].str());
+      }
+      const std::regex test_re(R"(\bTEST(_F|_P)?\(\s*(\w+)\s*,\s*(\w+)\s*\))");
+      for (auto it = std::sregex_iterator(text.begin(), text.end(), test_re); it != std::sregex_iterator(); ++it) {
+        const std::string suite = (*it)[2].str(), name = suite + "." + (*it)[3].str();
+        std::vector<std::string> names = {name};
+        if ((*it)[1].str() == "_P") {
+          for (const auto& [prefix, s] : instances) {
+            if (s == suite) names.push_back(prefix + "/" + name + "/0");
+          }
+        }
+        tests.push_back(names);
+      }
+    }
+    for (const auto& c : spec.checks) {
+      if (c.kind != "unit_tests") continue;
+      const std::string filter = c.text("filter");
+      const size_t dash = filter.find('-');
+      std::vector<std::string> positive, negative, diagnosed;
+      auto split = [](const std::string& s, std::vector<std::string>& out) {
+        std::istringstream in(s);
+        for (std::string p; std::getline(in, p, ':');) {
+          if (!p.empty()) out.push_back(p);
+        }
+      };
+      split(filter.substr(0, dash), positive);
+      if (dash != std::string::npos) split(filter.substr(dash + 1), negative);
+      for (const auto& entry : c.texts("test_diagnoses")) diagnosed.push_back(entry.substr(0, entry.find('=')));
+      std::vector<const std::vector<std::string>*> selected;
+      for (const auto& names : tests) {
+        const bool in = std::any_of(positive.begin(), positive.end(), [&](const auto& p) { return matches(p, names); });
+        const bool out =
+            std::any_of(negative.begin(), negative.end(), [&](const auto& p) { return matches(p, names); });
+        if (in && !out) selected.push_back(&names);
+      }
+      EXPECT_FALSE(selected.empty()) << spec.path << ": check " << c.id << ": the filter " << filter
+                                     << " selects no TEST in " << dir.string();
+      if (selected.size() < 2) continue;
+      ++checked;
+      for (const auto* names : selected) {
+        EXPECT_TRUE(std::any_of(diagnosed.begin(), diagnosed.end(), [&](const auto& p) { return matches(p, *names); }))
+            << spec.path << ": check " << c.id << ": test " << names->front()
+            << " has no test_diagnoses entry: say what its failure means";
+      }
+    }
+  }
+  EXPECT_GE(checked, 30u);
+}
+
 TEST(Kit, EveryPlantedBugNamesAFileAndACheckOfItsLab) {
   size_t bugs = 0, audited = 0;
   for (const auto& spec : load_all_specs(DDPLAB_TEST_SOURCE_ROOT)) {
+    // Issue 37's audit: labs 01-09 hold at least 8 student bugs and 2 correct variants each.
+    size_t audit_bugs = 0, audit_correct = 0;
+    if (const fs::path audit = fs::path(spec.path).parent_path() / "audit"; fs::is_directory(audit)) {
+      for (const auto& e : fs::directory_iterator(audit)) {
+        const auto expect = toml::parse_file((e.path() / "expect.toml").string())["expect"].value<std::string>();
+        ++(expect && *expect == "passed" ? audit_correct : audit_bugs);
+      }
+    }
+    if (spec.folder < "lab10") {
+      EXPECT_GE(audit_bugs, 8u) << spec.folder << "/audit: student bugs";
+      EXPECT_GE(audit_correct, 2u) << spec.folder << "/audit: correct variants";
+    }
     for (const char* set : {"planted", "audit"}) {
       const fs::path dir = fs::path(spec.path).parent_path() / set;
       if (!fs::is_directory(dir)) continue;

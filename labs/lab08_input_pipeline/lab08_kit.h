@@ -2,11 +2,11 @@
 // reading, read-only for students and unit-tested in tests/lab08_kit_test.cpp. The driver's flags
 // and their combinations; the probes; the text the run trains from (the data set's training
 // samples exported, optionally with a broken line for the grader's error path); this rank's lines
-// of it (Shard); WatchedSource, which sees from outside how far ahead of the training loop the
-// loader made batches and which threads made them; and the verdicts on what the pipeline did.
+// of it (Shard); WatchedSource and WatchedLoader, which see from outside how far ahead of the
+// training loop the loader made batches and which threads made them; and the verdicts on what the
+// pipeline did.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -57,27 +57,53 @@ struct Shard {
 /// `ranges_tile_file` when each rank reads its own range.
 Shard shard_text(ddplab::LabRun& run, ddplab::dist::Communicator& comm, const TextFile& file, bool by_range);
 
-/// The source the loader reads, watched: how far ahead of the training loop it was asked to make
-/// batches, and which threads made them (to see, after the loader is gone, whether any is left).
+/// The source the loader reads, watched: how far ahead of the training loop each batch was
+/// started, and which threads made them (to see, after the loader is gone, whether any is left).
+/// "Ahead" is measured by the kit when make(k) is called, against the batches the training loop
+/// has received so far, which WatchedLoader counts (never the loader's own figures): the
+/// contract's bound, make(k) only while k < (batches next() has returned) + depth. A next() call
+/// in progress counts as returned (the loader may already have handed its batch out and let a
+/// worker start the next), so a correct loader never reads more than its depth.
 class WatchedSource final : public BatchSource {
  public:
   explicit WatchedSource(const BatchSource& inner) : inner_(inner) {}
   int64_t num_batches() const override { return inner_.num_batches(); }
   Batch make(int64_t k) const override;
-  /// Called by the training loop each time it has received a batch (handed = batches so far):
-  /// batches started beyond those handed out are the ones made ahead.
-  void handed(int64_t handed) { max_ahead_ = std::max(max_ahead_, started_.load() - handed); }
-  int64_t max_ahead() const { return max_ahead_; }
+  /// The training loop asks the loader for a batch (WatchedLoader calls these around next()).
+  void next_begins();
+  /// ... and has its answer: `got` a batch, or the end of the pass (or an error).
+  void next_ends(bool got);
+  /// Batches the training loop has received.
+  int64_t handed() const;
+  /// The most batches started ahead of the training loop at any make(k): max(batches started,
+  /// k + 1) minus the batches received (a next() in progress included).
+  int64_t max_ahead() const;
   /// Threads that made a batch and still exist in this process (threads_still_running).
   int64_t threads_alive() const;
   int64_t makers() const;
 
  private:
   const BatchSource& inner_;
-  mutable std::atomic<int64_t> started_{0};
-  int64_t max_ahead_ = 0;
   mutable std::mutex mu_;
+  mutable int64_t started_ = 0, max_ahead_ = 0;
+  int64_t handed_ = 0;
+  bool in_next_ = false;
   mutable std::set<pid_t> tids_;
+};
+
+/// The loader the training loop reads, watched: `inner` (the student's or the synchronous one),
+/// each next() reported to `watch` as it begins and ends, so the kit counts the batches handed out
+/// at the moment they are. Destroying it destroys `inner` (which joins a prefetching loader's
+/// threads).
+class WatchedLoader final : public ddplab::data::Loader {
+ public:
+  WatchedLoader(std::unique_ptr<ddplab::data::Loader> inner, WatchedSource& watch)
+      : inner_(std::move(inner)), watch_(watch) {}
+  bool next(Batch& out) override;
+
+ private:
+  std::unique_ptr<ddplab::data::Loader> inner_;
+  WatchedSource& watch_;
 };
 
 /// What the loaders of all epochs did, from their watches.

@@ -76,17 +76,17 @@ int main(int argc, char** argv) {
       std::unique_ptr<data::Loader> loader;
       if (batches) {
         watched = std::make_unique<lab08::WatchedSource>(*batches);
+        std::unique_ptr<data::Loader> text_loader;
         if (prefetch) {
-          loader = std::make_unique<lab08::PrefetchLoader>(*watched, f.workers, f.depth);
+          text_loader = std::make_unique<lab08::PrefetchLoader>(*watched, f.workers, f.depth);
         } else {
-          loader = std::make_unique<lab08::SyncLoader>(*watched);
+          text_loader = std::make_unique<lab08::SyncLoader>(*watched);
         }
+        loader = std::make_unique<lab08::WatchedLoader>(std::move(text_loader), *watched);  // counts what it hands out
       } else {
         loader = std::make_unique<data::BatchLoader>(run.train(), binary_order, B, run.device());
       }
-      int64_t handed = 0;
       run.run_epoch(epoch, *loader, [&](const data::Batch& b) {
-        if (watched) watched->handed(++handed);
         const data::Batch& on_device = stager.active() && file ? stager.stage(b) : b;
         return train_step(model, optimizer, on_device, run.timer(), sync.get());
       });
