@@ -182,8 +182,36 @@ class GatedSource final : public BatchSource {
   mutable int64_t started_ = 0;
 };
 
-// First of the suite: a loader that stalls (a lost wake-up, a batch never made) fails here first, so its
-// diagnosis leads the list when the other tests stall too.
+// First of all: the destructor joins, it returns only once no worker is inside make() any more.
+// (First, because a detached worker of an earlier test would crash the binary before this one
+// could say why.) (A worker
+// detached instead would run on into the freed State: a crash, some time later, anywhere.)
+TEST(Lab08Prefetch, TheDestructorWaitsForAWorkerStillMakingABatch) {
+  auto* source = new GatedSource(4, {0}, -1, true);
+  auto* loader = new PrefetchLoader(*source, 1, 1);
+  ASSERT_TRUE(source->wait_inside(1, 10)) << "no worker started batch 0 within 10 s";
+  auto destroyed = std::make_shared<std::promise<void>>();
+  auto returned = destroyed->get_future();
+  std::thread([loader, destroyed] {
+    delete loader;
+    destroyed->set_value();
+  }).detach();
+  // Batch 0 is held: a destructor that joins cannot return before the gate opens.
+  if (returned.wait_for(std::chrono::milliseconds(300)) == std::future_status::ready) {
+    // The worker is still in make(), held at the gate forever (source leaked): it must not run
+    // on into the freed loader.
+    FAIL() << "the destructor returned while a worker was still inside make(): it must join the workers "
+              "(a detached worker runs on into the destroyed loader's state)";
+  }
+  source->open();
+  ASSERT_TRUE(returned.wait_for(std::chrono::seconds(10)) == std::future_status::ready)
+      << "the destructor did not return within 10 s of the last make() ending";
+  EXPECT_EQ(source->started(), 1) << "the workers went on making batches after the destructor began";
+  delete source;
+}
+
+// Second (the first that runs a whole pass): a loader that stalls (a lost wake-up, a batch never
+// made) fails here first, so its diagnosis leads the list when the other tests stall too.
 TEST(Lab08Prefetch, HandsOutTheSynchronousLoadersOrderWhicheverWorkerFinishesFirst) {
   for (int workers : {1, 2, 4}) {
     SCOPED_TRACE(fmt::format("{} worker(s)", workers));
@@ -358,32 +386,6 @@ TEST(Lab08Prefetch, WorkersMakeBatchesAtTheSameTime) {
   EXPECT_TRUE(three_at_once) << "3 workers never made batches at the same time (at most " << source->most_at_once()
                              << " at once): source.make() must run outside the lock, or the workers take turns "
                                 "and next() waits for each parse";
-  delete source;
-}
-
-// The destructor joins: it returns only once no worker is inside make() any more. (A worker
-// detached instead would run on into the freed State: a crash, some time later, anywhere.)
-TEST(Lab08Prefetch, TheDestructorWaitsForAWorkerStillMakingABatch) {
-  auto* source = new GatedSource(4, {0}, -1, true);
-  auto* loader = new PrefetchLoader(*source, 1, 1);
-  ASSERT_TRUE(source->wait_inside(1, 10)) << "no worker started batch 0 within 10 s";
-  auto destroyed = std::make_shared<std::promise<void>>();
-  auto returned = destroyed->get_future();
-  std::thread([loader, destroyed] {
-    delete loader;
-    destroyed->set_value();
-  }).detach();
-  // Batch 0 is held: a destructor that joins cannot return before the gate opens.
-  if (returned.wait_for(std::chrono::milliseconds(300)) == std::future_status::ready) {
-    // The worker is still in make(), held at the gate forever (source leaked): it must not run
-    // on into the freed loader.
-    FAIL() << "the destructor returned while a worker was still inside make(): it must join the workers "
-              "(a detached worker runs on into the destroyed loader's state)";
-  }
-  source->open();
-  ASSERT_TRUE(returned.wait_for(std::chrono::seconds(10)) == std::future_status::ready)
-      << "the destructor did not return within 10 s of the last make() ending";
-  EXPECT_EQ(source->started(), 1) << "the workers went on making batches after the destructor began";
   delete source;
 }
 
