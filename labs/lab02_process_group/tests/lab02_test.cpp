@@ -60,6 +60,24 @@ class Lab02Env : public ::testing::Test {
       EXPECT_NE(msg.find(b), std::string::npos) << "the error should name " << b << ": " << msg;
     }
   }
+  /// Each numeric launcher variable of a good 2-process environment set, in turn, to each of `bad`:
+  /// an error naming the variable (and the value, when `name_value` and the value is not blank).
+  static void expect_each_number_refused(std::initializer_list<const char*> bad, bool name_value) {
+    const std::map<std::string, std::string> good = {{"RANK", "1"},
+                                                     {"WORLD_SIZE", "2"},
+                                                     {"LOCAL_RANK", "1"},
+                                                     {"LOCAL_WORLD_SIZE", "2"},
+                                                     {"MASTER_ADDR", "127.0.0.1"},
+                                                     {"MASTER_PORT", "29500"}};
+    for (const char* var : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"}) {
+      for (const char* value : bad) {
+        auto vars = good;
+        vars[var] = value;
+        SCOPED_TRACE(std::string(var) + "='" + value + "'");
+        expect_error_naming(vars, var, name_value ? value : "");
+      }
+    }
+  }
   std::map<std::string, std::string> saved_;
 };
 
@@ -119,60 +137,19 @@ TEST_F(Lab02Env, AWorldOfOneNeedsNoRendezvous) {
   EXPECT_FALSE(e.distributed());
 }
 
-TEST_F(Lab02Env, MalformedNumbersNameTheVariableAndValue) {
-  const std::map<std::string, std::string> good = {{"RANK", "1"},
-                                                   {"WORLD_SIZE", "2"},
-                                                   {"LOCAL_RANK", "1"},
-                                                   {"LOCAL_WORLD_SIZE", "2"},
-                                                   {"MASTER_ADDR", "127.0.0.1"},
-                                                   {"MASTER_PORT", "29500"}};
-  for (const char* var : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"}) {
-    for (const char* bad : {"two", "-1", "3x"}) {
-      auto vars = good;
-      vars[var] = bad;
-      SCOPED_TRACE(std::string(var) + "=" + bad);
-      expect_error_naming(vars, var, bad);
-    }
-  }
-}
+TEST_F(Lab02Env, MalformedNumbersNameTheVariableAndValue) { expect_each_number_refused({"two", "-1", "3x"}, true); }
 
 TEST_F(Lab02Env, EmptyOrPaddedNumbersAreErrors) {
   // What a launch script passes when the variable it copies is unset (RANK=$SLURM_PROCID outside
   // Slurm): an empty value, which strtol and atoi read as 0, so every process would be rank 0.
   // Signs and spaces are not plain decimal integers either.
-  const std::map<std::string, std::string> good = {{"RANK", "1"},
-                                                   {"WORLD_SIZE", "2"},
-                                                   {"LOCAL_RANK", "1"},
-                                                   {"LOCAL_WORLD_SIZE", "2"},
-                                                   {"MASTER_ADDR", "127.0.0.1"},
-                                                   {"MASTER_PORT", "29500"}};
-  for (const char* var : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"}) {
-    for (const char* bad : {"", " 1", "1 ", "+1"}) {
-      auto vars = good;
-      vars[var] = bad;
-      SCOPED_TRACE(std::string(var) + "='" + bad + "'");
-      expect_error_naming(vars, var);
-    }
-  }
+  expect_each_number_refused({"", " 1", "1 ", "+1"}, false);
 }
 
 TEST_F(Lab02Env, NumbersTooLargeAreErrors) {
   // Digits only, but too large for an int: an error naming the variable, not a std::out_of_range
   // from std::stoi and not a value wrapped around (4294967298 as a 32-bit int is 2).
-  const std::map<std::string, std::string> good = {{"RANK", "1"},
-                                                   {"WORLD_SIZE", "2"},
-                                                   {"LOCAL_RANK", "1"},
-                                                   {"LOCAL_WORLD_SIZE", "2"},
-                                                   {"MASTER_ADDR", "127.0.0.1"},
-                                                   {"MASTER_PORT", "29500"}};
-  for (const char* var : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"}) {
-    for (const char* bad : {"4294967298", "99999999999", "123456789012345678901234567890"}) {
-      auto vars = good;
-      vars[var] = bad;
-      SCOPED_TRACE(std::string(var) + "=" + bad);
-      expect_error_naming(vars, var, bad);
-    }
-  }
+  expect_each_number_refused({"4294967298", "99999999999", "123456789012345678901234567890"}, true);
 }
 
 TEST_F(Lab02Env, AnEmptyMasterAddrIsNotAnAddress) {

@@ -170,6 +170,16 @@ nlohmann::json read_header(const std::string& path, torch::nn::Module* model, to
 
 using Lab09Save = Scratch;
 
+/// Saves `a`'s checkpoint to `file`: what the save threw, or "" when it did not.
+std::string save_error(const fs::path& file, Trainer& a) {
+  try {
+    lab09::save_checkpoint(file, header_for(a), *a.model, *a.adam);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST_F(Lab09Save, HoldsTheModelTheOptimizerAndTheHeaderOfTheFormat) {
   Trainer a(1);
   a.step();
@@ -245,12 +255,7 @@ TEST_F(Lab09Save, WorksWhenTheTemporaryFolderIsAnotherFileSystem) {
   const std::string saved = was ? was : "";
   ::setenv("TMPDIR", shm.dir().c_str(), 1);
   Trainer a(1);
-  std::string error;
-  try {
-    lab09::save_checkpoint(path("ckpt.pt"), header_for(a), *a.model, *a.adam);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
+  const std::string error = save_error(path("ckpt.pt"), a);
   if (was) {
     ::setenv("TMPDIR", saved.c_str(), 1);
   } else {
@@ -272,12 +277,7 @@ TEST_F(Lab09Save, WorksWhenTheWorkingDirectoryIsAnotherFileSystem) {
   const fs::path was = fs::current_path();
   fs::current_path(shm.dir());
   Trainer a(1);
-  std::string error;
-  try {
-    lab09::save_checkpoint(path("ckpt.pt"), header_for(a), *a.model, *a.adam);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
+  const std::string error = save_error(path("ckpt.pt"), a);
   fs::current_path(was);
   EXPECT_EQ(error, "") << "with the working directory on another file system the save failed: the temporary file "
                           "belongs in the checkpoint's own folder (a path relative to nothing is relative to the "
