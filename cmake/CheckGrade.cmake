@@ -10,6 +10,7 @@ cmake_policy(VERSION 3.22)
 #                              whose name ends with `name`, has extra_data.ddplab_status `status`
 #                              and an output matching `regex`
 #   -DEVERY_STATUS=status      every check has this status
+#   -DEVERY_OUTPUT=regex       every check's output matches `regex`
 #   -DCLEAN=path               removed before the run (and CheckRun.cmake's other options)
 # Running the command, cleaning and the exit-status check are CheckRun's (it sets `all` and `shown`).
 include(${CMAKE_CURRENT_LIST_DIR}/CheckRun.cmake)
@@ -94,6 +95,9 @@ foreach(i RANGE ${last})
   string(JSON output GET "${doc}" tests ${i} output)
   if(EVERY_STATUS AND NOT st STREQUAL EVERY_STATUS)
     message(FATAL_ERROR "${RESULTS}: check '${name}' is '${st}', every check should be '${EVERY_STATUS}':\n${output}\n\n${all}")
+  endif()
+  if(DEFINED EVERY_OUTPUT AND NOT output MATCHES "${EVERY_OUTPUT}")
+    message(FATAL_ERROR "${RESULTS}: check '${name}' says\n${output}\nwhich does not match `${EVERY_OUTPUT}`\n\n${all}")
   endif()
   list(APPEND names "${name}")
   set(status_${i} "${st}")

@@ -155,7 +155,9 @@ void setup_grade(CLI::App& app) {
   sub->add_flag("--check-calibration", o->check_calibration,
                 "Exit 0 if the calibration holds this machine's and data set's figures for the labs named, else "
                 "say what is missing and exit 1 (./kit main then calibrates)");
-  sub->add_flag("--no-build", o->no_build, "Grade the binaries as they are");
+  sub->add_flag("--no-build", o->no_build,
+                "Grade the binaries as they are (with --submission: those the build compiled from that folder, "
+                "the planted bugs and the audit's variants)");
   sub->add_flag("--sanitize", o->sanitize,
                 "Run the unit tests built under the lab's sanitizer (AddressSanitizer + UBSan; ThreadSanitizer for "
                 "lab 08): a memory error or data race fails the check with the sanitizer's first frame");

@@ -1,11 +1,14 @@
-// Exercise status: what a check's result says of its exercise once the runs are graded — a call
-// the spec forbids fails it, an edited exercise is never "not attempted" (it is half done, or
-// waits on one it builds on), and a failure sends the student to an earlier exercise first.
+// Exercise status: what a check's result says of its exercise — an exercise not begun is "not
+// attempted" before anything runs, a call the spec forbids fails it, an edited exercise is never
+// "not attempted" (it is half done, or waits on one it builds on), and a failure sends the
+// student to an earlier exercise first.
 #include <algorithm>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "ddplab/grader/checks.h"
 #include "harness_parts.h"
 
 namespace ddplab::grader {
@@ -15,6 +18,53 @@ namespace parts {
 const ExerciseProgress* edited(const Progress& progress, const std::string& exercise) {
   const auto it = progress.find(exercise);
   return it != progress.end() && it->second.edited > 0 ? &it->second : nullptr;
+}
+
+bool untouched(const Progress& progress, const std::string& exercise) {
+  const auto it = progress.find(exercise);
+  return it != progress.end() && it->second.edited == 0 && !it->second.stubs.empty();
+}
+
+bool nothing_begun(const Progress& progress) {
+  return !progress.empty() &&
+         std::all_of(progress.begin(), progress.end(), [&](const auto& p) { return untouched(progress, p.first); });
+}
+
+bool not_begun_check(const Progress& progress, const CheckSpec& c) {
+  return c.exercise.empty() ? nothing_begun(progress) : untouched(progress, c.exercise);
+}
+
+CheckResult not_begun(const CheckSpec& c) {
+  CheckResult r = result_of(c);
+  r.status = Status::kNotAttempted;
+  if (c.exercise.empty()) {
+    r.observed = "no exercise of the lab begun: every region is still the skeleton's stub, so nothing was run";
+    r.diagnosis = "the lab's exercises still throw NotImplemented: implement their STUDENT CODE regions";
+  } else {
+    r.observed = fmt::format("exercise {} not begun: its regions are still the skeleton's stubs, so nothing was run",
+                             c.exercise);
+    r.diagnosis = fmt::format("exercise {} still throws NotImplemented: implement its STUDENT CODE region", c.exercise);
+  }
+  return r;
+}
+
+std::vector<RunSpec> runs_used_by(const std::vector<RunSpec>& runs, const std::vector<CheckSpec>& checks) {
+  std::set<std::string> used;
+  for (const auto& c : checks) used.insert(c.runs.begin(), c.runs.end());
+  // A run kept needs the earlier runs its arguments name ({run:NAME}): latest first, so a chain is followed.
+  for (auto r = runs.rbegin(); r != runs.rend(); ++r) {
+    if (!used.count(r->name)) continue;
+    for (const auto& other : runs) {
+      for (const auto& a : r->args) {
+        if (a.find("{run:" + other.name + "}") != std::string::npos) used.insert(other.name);
+      }
+    }
+  }
+  std::vector<RunSpec> kept;
+  for (const auto& r : runs) {
+    if (used.count(r.name)) kept.push_back(r);
+  }
+  return kept;
 }
 
 void add_once(std::vector<std::string>& list, const std::string& exercise) {

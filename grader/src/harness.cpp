@@ -75,22 +75,7 @@ LabSpec effective_spec(const LabSpec& full, const GradeOptions& o) {
     }
   }
   if (spec.checks.empty()) throw ConfigError(fmt::format("--check: no check of {} matches", full.id));
-  std::set<std::string> used;
-  for (const auto& c : spec.checks) used.insert(c.runs.begin(), c.runs.end());
-  // A run kept needs the earlier runs its arguments name ({run:NAME}): latest first, so a chain is followed.
-  for (auto r = full.runs.rbegin(); r != full.runs.rend(); ++r) {
-    if (!used.count(r->name)) continue;
-    for (const auto& other : full.runs) {
-      for (const auto& a : r->args) {
-        if (a.find("{run:" + other.name + "}") != std::string::npos) used.insert(other.name);
-      }
-    }
-  }
-  std::vector<RunSpec> runs;
-  for (const auto& r : full.runs) {
-    if (used.count(r.name)) runs.push_back(r);
-  }
-  spec.runs = std::move(runs);
+  spec.runs = parts::runs_used_by(full.runs, spec.checks);
   // A leaderboard entry stays only with its check and the checks it requires.
   std::vector<LeaderboardSpec> board;
   for (const auto& l : full.leaderboard) {
@@ -172,7 +157,20 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
   GradeContext ctx{spec, o, in.bin, calibration, {}, (out / "work").string(), &sandbox};
   fs::remove_all(ctx.work_dir);
   fs::create_directories(ctx.work_dir);
-  for (const auto& run : spec.runs) {
+  // A check of an exercise none of whose regions was edited is "not attempted" as it stands: its
+  // code is the skeleton's stubs, which throw NotImplemented (so is a check of no exercise while no
+  // exercise is begun). Nothing is run for it, so a lab begun (or a skeleton) is graded in the
+  // time of what was written.
+  std::vector<CheckSpec> measured;
+  for (const auto& c : spec.checks) {
+    if (!parts::not_begun_check(progress, c)) measured.push_back(c);
+  }
+  const std::vector<RunSpec> runs = parts::runs_used_by(spec.runs, measured);
+  if (runs.size() < spec.runs.size()) {
+    say(fmt::format("{} of {} run(s) not made: only checks of exercises not begun use them",
+                    spec.runs.size() - runs.size(), spec.runs.size()));
+  }
+  for (const auto& run : runs) {
     say(fmt::format("run '{}' on {} rank(s)", run.name, run.ranks));
     auto r = parts::make_run(run, ctx, out / "runs" / run.name);
     say(fmt::format("run '{}': {} in {:.1f} s", run.name, r.ok() ? "ok" : r.summary, r.seconds));
@@ -183,6 +181,11 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
   }
   double quiet_wait_left = o.quiet_wait_s;  // for the whole lab: a grading's time stays bounded
   for (const auto& c : spec.checks) {
+    if (parts::not_begun_check(progress, c)) {
+      result.checks.push_back(parts::not_begun(c));
+      if (!c.exercise.empty()) parts::add_once(result.not_attempted, c.exercise);
+      continue;
+    }
     const auto t = std::chrono::steady_clock::now();
     CheckResult r = parts::measure_check(c, ctx, out / "runs", quiet_wait_left, say);
     r.seconds = seconds_since(t);

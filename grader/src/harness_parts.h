@@ -94,6 +94,19 @@ using Progress = std::map<std::string, ExerciseProgress>;
 
 /// The progress of `exercise` if any of its regions was edited, else nullptr.
 const ExerciseProgress* edited(const Progress& progress, const std::string& exercise);
+/// Whether `exercise` has regions in the graded files and every one of them is still the
+/// skeleton's stub (false for "" and for an exercise the files do not show: unknown is not untouched).
+bool untouched(const Progress& progress, const std::string& exercise);
+/// Whether no exercise of the graded files is begun (every one untouched; false when none is known).
+bool nothing_begun(const Progress& progress);
+/// Whether `c` is graded "not attempted" without running anything: its exercise is untouched, or
+/// it has none and no exercise of the lab is begun.
+bool not_begun_check(const Progress& progress, const CheckSpec& c);
+/// The result of such a check: "not attempted", nothing measured.
+CheckResult not_begun(const CheckSpec& c);
+/// The runs of `runs` that `checks` use, with the earlier runs those name in their arguments
+/// ({run:NAME}), in the spec's order.
+std::vector<RunSpec> runs_used_by(const std::vector<RunSpec>& runs, const std::vector<CheckSpec>& checks);
 /// Fails a check of an exercise that calls a function the spec forbids it, whatever it measured.
 void apply_forbidden(const std::vector<ForbiddenCall>& forbidden, CheckResult& r);
 /// A "not attempted" check of an exercise that was edited is a failure: of the exercise it builds

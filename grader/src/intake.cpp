@@ -125,6 +125,39 @@ std::string use_sanitized_tests(const nlohmann::json& targets, const LabSpec& sp
   return lab.at("sanitized_target").get<std::string>();
 }
 
+/// The binaries this build compiled from the submission folder `dir` itself (a planted bug or an
+/// audit variant: labs/CMakeLists.txt registers each as "<program>/variant:<folder>"), checked
+/// newer than every file of the folder they were compiled from.
+LabBinaries prebuilt_binaries(const nlohmann::json& targets, const LabSpec& spec, const fs::path& dir,
+                              const std::string& build_dir) {
+  const std::string prefix = spec.program + "/variant:";
+  for (const auto& [key, lab] : targets.items()) {
+    std::error_code ec;
+    if (key.rfind(prefix, 0) != 0 || !fs::equivalent(key.substr(prefix.size()), dir, ec)) continue;
+    LabBinaries b;
+    b.program = lab.at("program").get<std::string>();
+    b.tests = lab.at("tests").get<std::string>();
+    b.student = lab.value("student", "");
+    for (const std::string& bin : {b.program, b.tests, b.student}) {
+      if (!fs::exists(bin)) {
+        throw Error(fmt::format("--no-build: {} was not built (cmake --build {})", bin, build_dir));
+      }
+      for (const auto& f : spec.manifest) {
+        if (fs::last_write_time(dir / f) > fs::last_write_time(bin)) {
+          throw Error(fmt::format("--no-build: {} changed after {} was built from it (cmake --build {})",
+                                  (dir / f).string(), bin, build_dir));
+        }
+      }
+    }
+    return b;
+  }
+  throw ConfigError(
+      fmt::format("--submission {} --no-build: this build compiled nothing from that folder (only the planted bugs "
+                  "and the audit's variants are compiled in the build, with -DDDPLAB_BUILD_PLANTED=ON); grade it "
+                  "without --no-build",
+                  dir.string()));
+}
+
 /// Builds `targets` in the kit's build folder; "" or the compiler's first errors. With `sandbox`
 /// enabled (a submission's build) the compiler runs confined: it cannot read the kit's solutions/
 /// or the calibration (bwrap_build_command).
@@ -259,6 +292,44 @@ Intake take_in(const LabSpec& spec, const GradeOptions& o, const nlohmann::json&
     }
     in.forbidden = forbidden_calls(spec, undefined_symbols(in.bin.student));
   };
+  // Copies the binaries to grade into out/bin, where another uid may run them.
+  auto copy_binaries = [&]() {
+    fs::create_directories(out / "bin");
+    for (std::string* b : {&in.bin.program, &in.bin.tests}) {
+      if (b == &in.bin.tests && !need_tests) continue;
+      const fs::path copy = out / "bin" / fs::path(*b).filename();
+      fs::copy_file(*b, copy, fs::copy_options::overwrite_existing);
+      fs::permissions(copy, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                fs::perms::others_read | fs::perms::others_exec);  // run as another uid
+      *b = copy.string();
+    }
+  };
+  if (o.tree == "submission" && !o.build) {
+    // Compiled in the build's one pass from this very folder (the planted bugs, the audit): graded
+    // as it stands, without the slot, so that several gradings run side by side.
+    if (o.sanitize) {
+      throw ConfigError(
+          "--submission with --no-build and --sanitize: a prebuilt variant has no sanitized tests; "
+          "grade it without --no-build");
+    }
+    const fs::path dir = fs::absolute(o.submission);
+    if (!fs::is_directory(dir)) {
+      throw ConfigError(
+          fmt::format("--submission {} --no-build: expected the folder the build compiled", o.submission));
+    }
+    in.bin = prebuilt_binaries(targets, spec, dir, o.build_dir);
+    say(fmt::format("{}: compiled by the build (--no-build)", dir.string()));
+    result.rule_errors =
+        submission_region_edits(spec, (fs::path(o.source_dir) / "labs" / spec.folder).string(), dir.string());
+    if (!result.rule_errors.empty()) {
+      in.restore = ": restore the skeleton's";
+      return in;
+    }
+    read_graded(dir);
+    find_forbidden();
+    copy_binaries();
+    return in;
+  }
   if (o.tree == "submission") {
     // One submission slot per build folder: lay the files over it, build, copy the binaries out.
     const fs::path slot = fs::path(o.build_dir) / "submission";
@@ -290,15 +361,7 @@ Intake take_in(const LabSpec& spec, const GradeOptions& o, const nlohmann::json&
     result.build_error = build_targets(o, wanted, &sandbox);
     if (!result.build_error.empty()) return in;
     find_forbidden();
-    fs::create_directories(out / "bin");
-    for (std::string* b : {&in.bin.program, &in.bin.tests}) {
-      if (b == &in.bin.tests && !need_tests) continue;
-      const fs::path copy = out / "bin" / fs::path(*b).filename();
-      fs::copy_file(*b, copy, fs::copy_options::overwrite_existing);
-      fs::permissions(copy, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                                fs::perms::others_read | fs::perms::others_exec);  // run as another uid
-      *b = copy.string();
-    }
+    copy_binaries();
     return in;
   }
   if (o.tree != "solutions") {

@@ -17,6 +17,7 @@
 #include "ddplab/grader/checks.h"
 #include "ddplab/grader/grade.h"
 #include "ddplab/grader/spec.h"
+#include "../src/harness_parts.h"
 #include "scratch_dir.h"
 
 namespace fs = std::filesystem;
@@ -255,6 +256,84 @@ TEST_F(Scratch, CheckSelectionKeepsOnlyTheRunsItNeeds) {
   EXPECT_EQ(effective_spec(s, o).checks[0].name, "same parameters");
   o.only_checks = {"nothing like this"};
   EXPECT_THROW(effective_spec(s, o), ddplab::ConfigError);
+}
+
+// A check of an exercise none of whose regions was edited is "not attempted" before anything runs,
+// and the runs only such checks use are not made; a run another kept run names ({run:NAME}) is kept.
+TEST_F(Scratch, AnExerciseNotBegunIsNotAttemptedAndItsRunsAreNotMade) {
+  const std::string text = R"([lab]
+title = "Lab 09"
+folder = "lab09_x"
+program = "lab09_x"
+manifest = ["lab09_student.cpp"]
+exercises = ["09.1", "09.2"]
+
+[[run]]
+name = "first"
+ranks = 1
+args = []
+
+[[run]]
+name = "resumed"
+ranks = 1
+args = ["--resume", "{run:first}/ckpt"]
+
+[[run]]
+name = "second"
+ranks = 2
+args = []
+
+[[check]]
+id = "one"
+kind = "run_ok"
+name = "one"
+exercise = "09.1"
+run = "resumed"
+points = 1
+
+[[check]]
+id = "two"
+kind = "run_ok"
+name = "two"
+exercise = "09.2"
+run = "second"
+points = 1
+)";
+  const auto s = load_spec(write("grade.toml", text));
+  parts::Progress progress;
+  progress["09.1"].edited = 1;
+  progress["09.2"].stubs = {"lab09_student.cpp:12", "lab09_student.cpp:40"};
+  EXPECT_FALSE(parts::untouched(progress, "09.1"));
+  EXPECT_TRUE(parts::untouched(progress, "09.2"));
+  EXPECT_FALSE(parts::untouched(progress, ""));      // a check of no exercise is always measured
+  EXPECT_FALSE(parts::untouched(progress, "09.3"));  // files that do not show it: unknown, measured
+  CheckSpec no_exercise;                             // a check of the whole lab: measured once any exercise is begun
+  no_exercise.id = "whole";
+  EXPECT_FALSE(parts::nothing_begun(progress));
+  EXPECT_FALSE(parts::not_begun_check(progress, no_exercise));
+  EXPECT_TRUE(parts::not_begun_check(progress, s.checks[1]));
+  EXPECT_FALSE(parts::nothing_begun({}));
+  parts::Progress skeleton;
+  skeleton["09.1"].stubs = {"lab09_student.cpp:3"};
+  skeleton["09.2"].stubs = {"lab09_student.cpp:12"};
+  EXPECT_TRUE(parts::nothing_begun(skeleton));
+  EXPECT_TRUE(parts::not_begun_check(skeleton, no_exercise));
+  EXPECT_NE(parts::not_begun(no_exercise).observed.find("no exercise of the lab begun"), std::string::npos);
+  progress["09.2"].edited = 1;  // half done: measured (and failing on its stubs)
+  EXPECT_FALSE(parts::untouched(progress, "09.2"));
+
+  const auto runs = parts::runs_used_by(s.runs, {s.checks[0]});
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].name, "first");  // named by the kept run's arguments, in the spec's order
+  EXPECT_EQ(runs[1].name, "resumed");
+  EXPECT_TRUE(parts::runs_used_by(s.runs, {}).empty());
+
+  const CheckResult r = parts::not_begun(s.checks[1]);
+  EXPECT_EQ(r.status, Status::kNotAttempted);
+  EXPECT_EQ(r.score, 0);
+  EXPECT_EQ(r.max_score, 1);
+  EXPECT_NE(r.observed.find("exercise 09.2 not begun"), std::string::npos) << r.observed;
+  EXPECT_NE(r.diagnosis.find("NotImplemented"), std::string::npos) << r.diagnosis;
 }
 
 TEST_F(Scratch, EveryLabOfTheKitHasAValidSpec) {
@@ -555,9 +634,11 @@ TEST(Kit, EveryPlantedBugNamesAFileAndACheckOfItsLab) {
         const auto calibrated = t["calibrated"].value<std::string>();
         const auto also = t["also"].value<std::string>();
         const auto sanitize = t["sanitize"].value<std::string>();
+        const auto slot = t["slot"].value<std::string>();
         EXPECT_EQ(t.size(), 2u + (diagnosis ? 1u : 0u) + (expect ? 1u : 0u) + (calibrated ? 1u : 0u) +
-                                (also ? 1u : 0u) + (sanitize ? 1u : 0u))
-            << where << "/expect.toml: only file, check, diagnosis, expect, calibrated, also and sanitize";
+                                (also ? 1u : 0u) + (sanitize ? 1u : 0u) + (slot ? 1u : 0u))
+            << where << "/expect.toml: only file, check, diagnosis, expect, calibrated, also, sanitize and slot";
+        EXPECT_TRUE(!slot || *slot == "yes" || *slot == "no") << where << ": slot = \"" << *slot << "\"";
         if (sanitize) {
           // --sanitize changes only how the unit tests are built: the bug's check must be one.
           EXPECT_TRUE(*sanitize == "yes" || *sanitize == "no") << where << ": sanitize = \"" << *sanitize << "\"";
