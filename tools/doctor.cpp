@@ -15,6 +15,7 @@
 #include "ddplab/cxx_runtime.h"
 #include "ddplab/memory.h"
 #include "ddplab/nvml.h"
+#include "ddplab/openblas_kernels.h"
 #include "ddplab/report.h"
 #include "ddplab/system.h"
 
@@ -24,6 +25,7 @@ namespace {
 struct DoctorOptions {
   bool json = false;
   bool strict = false;
+  bool openblas_coretype = false;
   double sgemm_seconds = 0.5;
   /// Below this single-thread SGEMM rate a BLAS is called out as unoptimised (the reference BLAS
   /// gives ~4.5 GFLOP/s here, OpenBLAS ~150).
@@ -55,6 +57,11 @@ std::string cuda_line(const sys::CudaInfo& c) {
 
 int run_doctor(const DoctorOptions& o) {
   const auto blas = sys::blas_info();
+  const std::string better_core = sys::better_openblas_coretype();
+  if (o.openblas_coretype) {  // for scripts: ./kit exports it before running the tests
+    if (!better_core.empty()) std::cout << better_core << "\n";
+    return 0;
+  }
   const double sgemm = sys::measure_sgemm_gflops(o.sgemm_seconds);
   const bool cuda = torch::cuda::is_available();
   const bool blas_ok = blas.optimized && sgemm >= o.min_sgemm_gflops;
@@ -82,6 +89,8 @@ int run_doctor(const DoctorOptions& o) {
         {{"vendor", blas.vendor},
          {"library", blas.library},
          {"config", blas.config},
+         {"core", blas.core},
+         {"better_core", better_core},
          {"optimized", blas.optimized},
          {"sgemm_gflops_1thread", sgemm}}},
        {"cpu", {{"usable_cores", sys::usable_cores()}, {"intra_op_threads", at::get_num_threads()}}},
@@ -120,6 +129,14 @@ int run_doctor(const DoctorOptions& o) {
     if (!settings.empty()) fmt::print("              {}\n", fmt::join(settings, ", "));
     fmt::print("BLAS          {} ({})\n", blas.vendor, blas.library.empty() ? "not found" : blas.library);
     if (!blas.config.empty()) fmt::print("              {}\n", blas.config);
+    if (!better_core.empty()) {
+      fmt::print(
+          "              OpenBLAS chose its {} kernels, older than this CPU supports (it did not recognise the\n"
+          "              CPU's model, as under many hypervisors). ddplab launch, the grader, the benchmarks and\n"
+          "              ./kit set OPENBLAS_CORETYPE={} for the programs they start; for a lab run directly:\n"
+          "              export OPENBLAS_CORETYPE={}\n",
+          blas.core, better_core, better_core);
+    }
     fmt::print("SGEMM         {:.1f} GFLOP/s on one thread (512x429 by 429x400, torch::linear)  {}\n", sgemm,
                blas_ok ? "OK" : "SLOW");
     if (!blas_ok) {
@@ -163,6 +180,9 @@ void setup_doctor(CLI::App& app) {
   sub->add_flag("--strict", opts->strict,
                 "Exit 1 when the BLAS is not an optimized one, the NCCL loaded is not the one compiled against, or "
                 "std::filesystem is not the C++ runtime's");
+  sub->add_flag("--openblas-coretype", opts->openblas_coretype,
+                "Print only the OPENBLAS_CORETYPE this CPU should use when OpenBLAS chose older kernels (nothing "
+                "when it chose well or is not loaded)");
   sub->add_option("--sgemm-seconds", opts->sgemm_seconds, "Time spent measuring SGEMM")->capture_default_str();
   sub->add_option("--min-sgemm-gflops", opts->min_sgemm_gflops, "Single-thread SGEMM rate below which BLAS is SLOW")
       ->capture_default_str();

@@ -14,9 +14,15 @@
 
 #include "commands.h"
 #include "ddplab/error.h"
+#include "ddplab/openblas_kernels.h"
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string_view(argv[1]) == "launch") {
+#ifdef DDPLAB_RANKS_USE_SYSTEM_BLAS
+    // The ranks get the OpenBLAS kernels this CPU supports where OpenBLAS's own choice fell back to
+    // old ones (ddplab-tools does the same for what it starts; ddplab doctor explains).
+    ddplab::sys::adopt_better_openblas_coretype(/*load_system_blas=*/true);
+#endif
     CLI::App app{"ddplab: a course kit for distributed data-parallel training"};
     app.require_subcommand(1);
     ddplab::tools::setup_launch(app);

@@ -3,8 +3,12 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "ddplab/openblas_kernels.h"
 
 int main(int argc, char** argv) {
+  // The labs this process starts (grading, benchmarks, launches) get the OpenBLAS kernels this CPU
+  // supports where OpenBLAS's own detection fell back to old ones (ddplab doctor says when).
+  ddplab::sys::adopt_better_openblas_coretype();
   CLI::App app{"ddplab: a course kit for distributed data-parallel training"};
   app.require_subcommand(1);
   ddplab::tools::setup_data(app);

@@ -8,9 +8,9 @@
 
 #include <chrono>
 #include <climits>
-#include <limits>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
@@ -81,6 +81,7 @@ BlasInfo blas_info() {
     if (info.vendor.empty() || info.vendor == "reference") info.vendor = "openblas";
   }
   if (auto nt = find_symbol<int (*)()>("openblas_get_num_threads")) info.threads = nt();
+  if (auto core = find_symbol<char* (*)()>("openblas_get_corename")) info.core = core();
   if (info.vendor.empty()) {
     // A LibTorch with BLAS linked statically (pip wheels carry MKL) shows it only in its config.
     const std::string cfg = torch_build_config();

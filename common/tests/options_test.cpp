@@ -8,6 +8,7 @@
 
 #include "ddplab/config.h"
 #include "ddplab/error.h"
+#include "ddplab/openblas_kernels.h"
 #include "ddplab/system.h"
 
 namespace {
@@ -138,6 +139,25 @@ TEST(System, BlasIsDetectedAndThreadsConfigurable) {
   EXPECT_EQ(torch::get_num_threads(), 1);
   EXPECT_THROW(ddplab::sys::configure_threads(0), ddplab::ConfigError);
   EXPECT_GE(ddplab::sys::usable_cores(), 1);
+}
+
+// OpenBLAS's fallback kernels on a CPU it did not recognise are named with the best ones the CPU's
+// flags allow; a core it chose well, or a CPU without AVX, gets no advice.
+TEST(System, OpenBlasCoreTypeIsAdvisedOnlyWhenOpenBlasChoseOlderKernels) {
+  using ddplab::sys::better_openblas_coretype;
+  const std::string avx512 = " fpu sse2 avx avx2 fma avx512f avx512dq avx512cd avx512bw avx512vl";
+  EXPECT_EQ(better_openblas_coretype("Prescott", avx512), "SkylakeX");
+  EXPECT_EQ(better_openblas_coretype("prescott", avx512), "SkylakeX");
+  EXPECT_EQ(better_openblas_coretype("Nehalem", " sse2 avx avx2 fma"), "Haswell");
+  EXPECT_EQ(better_openblas_coretype("Core2", " sse2 avx"), "Sandybridge");
+  // avx512f alone (no bw/vl: Knights Landing) is not enough for the SkylakeX kernels.
+  EXPECT_EQ(better_openblas_coretype("Prescott", " avx avx2 fma avx512f avx512cd"), "Haswell");
+  EXPECT_EQ(better_openblas_coretype("Prescott", " sse2 sse3"), "");
+  EXPECT_EQ(better_openblas_coretype("SkylakeX", avx512), "");
+  EXPECT_EQ(better_openblas_coretype("Haswell", avx512), "");
+  EXPECT_EQ(better_openblas_coretype("Zen", " avx avx2 fma"), "");
+  // A flag that only starts like one asked for does not count.
+  EXPECT_EQ(better_openblas_coretype("Prescott", " avx avx2x fmax"), "Sandybridge");
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ struct BlasInfo {
   std::string library;  ///< resolved path of the loaded BLAS shared object, "" if none found
   std::string vendor;   ///< "openblas", "mkl", "blis", "reference", or "unknown"
   std::string config;   ///< openblas_get_config() where available
+  std::string core;     ///< openblas_get_corename(): the kernels OpenBLAS chose for this CPU ("Prescott", "SkylakeX")
   int threads = 0;      ///< openblas_get_num_threads() where available, else 0
   bool optimized = false;
 };

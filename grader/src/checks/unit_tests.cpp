@@ -11,6 +11,8 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "check_util.h"
 #include "ddplab/grader/regions.h"
@@ -158,6 +160,30 @@ std::string sanitizer_diagnosis(const SanitizerReport& rep) {
   return fmt::format("{}{}{}: {}", rep.what, rep.where.empty() ? "" : " at " + rep.where, exercise, meaning);
 }
 
+/// The test that was running when the binary stopped (its last "[ RUN      ]" without an end), or "".
+std::string running_test(const std::string& log) {
+  static const std::regex run_re(R"(\[ RUN      \] (\S+))");
+  std::string running;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), run_re); it != std::sregex_iterator(); ++it) {
+    running = (*it)[1].str();
+  }
+  if (!running.empty() && (log.find("[       OK ] " + running) != std::string::npos ||
+                           log.find("[  FAILED  ] " + running) != std::string::npos)) {
+    running.clear();
+  }
+  return running;
+}
+
+/// The tests that failed before the binary stopped, in order ("[  FAILED  ] Suite.Name (12 ms)").
+std::vector<std::string> failed_tests(const std::string& log) {
+  static const std::regex failed_re(R"(\[  FAILED  \] (\S+) \()");
+  std::vector<std::string> failed;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), failed_re); it != std::sregex_iterator(); ++it) {
+    failed.push_back((*it)[1].str());
+  }
+  return failed;
+}
+
 void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
   const std::string filter = c.text("filter");
   // The test binary's own folder: its only writable place (sandboxed), its TMPDIR, its results.
@@ -199,21 +225,30 @@ void check_unit_tests(const CheckSpec& c, GradeContext& ctx, CheckResult& r) {
     }
   }
   if (lr.timed_out) {
-    fail(r, fmt::format("the tests ({}) timed out after {:.0f} s", filter, spec.timeout_s),
-         "the code under test hangs or loops forever", last_chars(log, 4000));
+    // Which test hung, and what failed before it: a bug that breaks one test often hangs a later
+    // one (a lost wake-up), and the first failure's own diagnosis names it best.
+    const std::string running = running_test(log);
+    const auto failed_before = failed_tests(log);
+    const auto map = c.texts("test_diagnoses");
+    std::string hung = "the code under test hangs or loops forever";
+    if (!running.empty()) {
+      const std::string own = diagnosis_for(map, running);
+      hung = fmt::format("{} hangs (never returns){}", running, own.empty() ? "" : ": " + own);
+    }
+    std::string diagnosis = hung;
+    if (!failed_before.empty()) {
+      const std::string own = diagnosis_for(map, failed_before.front());
+      diagnosis = fmt::format("{} failed first{}; then {}", failed_before.front(), own.empty() ? "" : ": " + own, hung);
+    }
+    fail(r,
+         fmt::format("the tests ({}) timed out after {:.0f} s{}{}", filter, spec.timeout_s,
+                     running.empty() ? "" : " in " + running,
+                     failed_before.empty() ? "" : fmt::format(", after {} failed", failed_before.size())),
+         diagnosis, last_chars(log, 4000));
     return;
   }
   if (!fs::exists(out)) {
-    // The test that was running when the binary died: its last "[ RUN      ]" without an end.
-    static const std::regex run_re(R"(\[ RUN      \] (\S+))");
-    std::string running;
-    for (auto it = std::sregex_iterator(log.begin(), log.end(), run_re); it != std::sregex_iterator(); ++it) {
-      running = (*it)[1].str();
-    }
-    if (!running.empty() && (log.find("[       OK ] " + running) != std::string::npos ||
-                             log.find("[  FAILED  ] " + running) != std::string::npos)) {
-      running.clear();
-    }
+    const std::string running = running_test(log);
     std::string diagnosis = "the code under test crashed the test program (out-of-bounds access, null tensor?)";
     if (!running.empty()) {
       const std::string own = diagnosis_for(c.texts("test_diagnoses"), running);

@@ -28,6 +28,8 @@ case "$f" in
   Garbage*) echo 'not json {' > "$out";;
   Crash*) kill -SEGV $$;;
   Died*) printf '[ RUN      ] S.a\n[       OK ] S.a (0 ms)\n[ RUN      ] S.b\n'; kill -SEGV $$;;
+  Hung*) printf '[ RUN      ] S.a\n[  FAILED  ] S.a (3 ms)\n[ RUN      ] S.b\n'; exec sleep 60;;
+  Stuck*) printf '[ RUN      ] S.a\n[       OK ] S.a (0 ms)\n[ RUN      ] S.b\n'; exec sleep 60;;
 esac
 )");
     std::filesystem::permissions(bin_.tests, std::filesystem::perms::owner_all);
@@ -122,6 +124,24 @@ name = "a crash in one test"
 filter = "Died.*"
 test_diagnoses = ["S.a=a's contract", "S.b=b's contract: skip an edge without a function"]
 points = 5
+
+[[check]]
+id = "hung"
+kind = "unit_tests"
+name = "a hang after a failure"
+filter = "Hung.*"
+timeout_s = 1
+test_diagnoses = ["S.a=a's contract: notify after every batch", "S.b=b's contract: wake the waiting workers"]
+points = 5
+
+[[check]]
+id = "stuck"
+kind = "unit_tests"
+name = "a hang alone"
+filter = "Stuck.*"
+timeout_s = 1
+test_diagnoses = ["S.b=b's contract: wake the waiting workers"]
+points = 5
 )");
   }
 };
@@ -174,6 +194,20 @@ TEST_F(UnitTestsCheck, UnreadableResultsAndCrashesAreFailedChecks) {
                   "the code under test crashed the test program in S.b: b's contract: skip an edge without a function"))
       << died.diagnosis;
   EXPECT_EQ(died.observed.rfind("the test binary ended without results during S.b: ", 0), 0u) << died.observed;
+}
+
+// A bug that fails one test often hangs a later one (a lost wake-up): the timeout names the test
+// that hung and puts the first failure's own diagnosis first, not a generic "hangs".
+TEST_F(UnitTestsCheck, ATimeoutNamesTheHungTestAndTheFailureBeforeIt) {
+  const auto hung = grade("hung");
+  EXPECT_TRUE(has(hung, Status::kFailed,
+                  "S.a failed first: a's contract: notify after every batch; then S.b hangs (never returns): b's "
+                  "contract: wake the waiting workers"))
+      << hung.diagnosis;
+  EXPECT_EQ(hung.observed, "the tests (Hung.*) timed out after 1 s in S.b, after 1 failed");
+  const auto stuck = grade("stuck");
+  EXPECT_EQ(stuck.diagnosis, "S.b hangs (never returns): b's contract: wake the waiting workers");
+  EXPECT_EQ(stuck.observed, "the tests (Stuck.*) timed out after 1 s in S.b");
 }
 
 TEST_F(UnitTestsCheck, TheFilterIsRequiredAndTheKindReadsNoRun) {

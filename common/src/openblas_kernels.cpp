@@ -1,0 +1,72 @@
+// OpenBLAS's kernel choice and the OPENBLAS_CORETYPE that corrects it (openblas_kernels.h).
+#include "ddplab/openblas_kernels.h"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <fstream>
+#include <initializer_list>
+#include <set>
+#include <sstream>
+
+namespace ddplab::sys {
+namespace {
+
+using CoreName = char* (*)();
+
+std::string this_cpus_flags() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("flags", 0) == 0) return line.substr(line.find(':') + 1);
+  }
+  return "";
+}
+
+std::string better_for(CoreName corename) {
+  return corename == nullptr ? "" : better_openblas_coretype(corename(), this_cpus_flags());
+}
+
+}  // namespace
+
+std::string better_openblas_coretype(const std::string& core, const std::string& cpu_flags) {
+  std::string lower;
+  for (const char c : core) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  // The cores OpenBLAS falls back to for a model number it does not know (SSE2/SSE3-era kernels).
+  static const std::set<std::string> fallbacks{"prescott",  "core2",  "penryn",     "dunnington",
+                                               "nehalem",   "atom",   "katmai",     "coppermine",
+                                               "northwood", "banias", "sse_generic"};
+  if (fallbacks.count(lower) == 0) return "";
+  std::set<std::string> flags;
+  std::istringstream in(cpu_flags);
+  for (std::string f; in >> f;) flags.insert(f);
+  const auto has = [&](std::initializer_list<const char*> names) {
+    return std::all_of(names.begin(), names.end(), [&](const char* n) { return flags.count(n) > 0; });
+  };
+  if (has({"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd"})) return "SkylakeX";
+  if (has({"avx2", "fma"})) return "Haswell";
+  if (has({"avx"})) return "Sandybridge";
+  return "";
+}
+
+std::string better_openblas_coretype() {
+  return better_for(reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename")));
+}
+
+std::string adopt_better_openblas_coretype(bool load_system_blas) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return "";
+  auto corename = reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  void* blas = nullptr;
+  if (corename == nullptr && load_system_blas) {
+    // The BLAS Debian's LibTorch loads (tools/setup-debian.sh points it at OpenBLAS).
+    blas = ::dlopen("libblas.so.3", RTLD_LAZY | RTLD_LOCAL);
+    if (blas != nullptr) corename = reinterpret_cast<CoreName>(::dlsym(blas, "openblas_get_corename"));
+  }
+  const std::string core = better_for(corename);
+  if (!core.empty()) ::setenv("OPENBLAS_CORETYPE", core.c_str(), 0);
+  if (blas != nullptr) ::dlclose(blas);
+  return core;
+}
+
+}  // namespace ddplab::sys
