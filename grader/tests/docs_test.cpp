@@ -275,3 +275,24 @@ TEST(Handouts, TheChecksTableIsTheSpecsChecksAsTheGraderPrintsThem) {
     }
   }
 }
+
+namespace {
+
+// The grader's self-test grades the labs with a measured check alone and the others beside other
+// tests (grader/CMakeLists.txt, DDPLAB_MEASURED_KINDS): a timing kind missing from that list would
+// put its lab's timing among busy neighbours, where it fails for no fault of the solution.
+TEST(Registry, TheMeasuredKindsOfTheTestSplitHoldEveryTimingKind) {
+  std::set<std::string> measured;
+  std::istringstream in(DDPLAB_TEST_MEASURED_KINDS);
+  for (std::string kind; std::getline(in, kind, '|');) measured.insert(kind);
+  int timing = 0;
+  for (const CheckKind* k : check_registry()) {
+    if (!k->timing) continue;
+    ++timing;
+    EXPECT_EQ(measured.count(k->name), 1u) << k->name << " is a timing kind missing from DDPLAB_MEASURED_KINDS";
+  }
+  EXPECT_GT(timing, 0);
+  for (const auto& kind : measured) EXPECT_NE(find_kind(kind), nullptr) << kind << " is no check kind";
+}
+
+}  // namespace
