@@ -144,6 +144,11 @@ RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) 
   return r;
 }
 
+/// A timing kind's check, or a verdict the program reached from its own timing (`measured = true`).
+bool measured_by_time(const CheckSpec& c) {
+  return is_timing_kind(c.kind) || (c.kind == "verdict" && c.params.contains("measured") && c.flag("measured"));
+}
+
 CheckResult measure_check(const CheckSpec& c, GradeContext& ctx, const fs::path& runs_dir, double& quiet_wait_left,
                           const Say& say) {
   const LabSpec& spec = ctx.spec;
@@ -157,7 +162,7 @@ CheckResult measure_check(const CheckSpec& c, GradeContext& ctx, const fs::path&
   // A machine that lends a core elsewhere for minutes would fail every attempt alike: before
   // each, the grader waits (up to o.quiet_wait_s) until it gives the runs their cores.
   for (int attempt = 2;
-       attempt <= o.timing_attempts && r.status == Status::kFailed && !r.exact && is_timing_kind(c.kind) &&
+       attempt <= o.timing_attempts && r.status == Status::kFailed && !r.exact && measured_by_time(c) &&
        std::all_of(c.runs.begin(), c.runs.end(),
                    [&](const std::string& n) { return ctx.runs.count(n) && ctx.runs.at(n).ok(); });
        ++attempt) {

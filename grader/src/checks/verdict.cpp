@@ -106,7 +106,10 @@ const CheckKind kVerdict =
       {"rank", ParamType::kString, "all", "which ranks' reports must hold it as ok", Presence::kDefault, {"all", "0"}},
       {"figures", ParamType::kStringList, json::array(),
        "`path=value` entries: the verdict's figure at the dotted path must equal the JSON value (numbers within "
-       "1e-6 relative)"}},
+       "1e-6 relative)"},
+      {"measured", ParamType::kBool, false,
+       "the program's verdict rests on its own timing (a straggler named from phase times): a failure is measured "
+       "again like a timing kind's, its run re-run after waiting for a quiet machine"}},
      "the program established the opposite of what the lab asks for",
      check_verdict,
      [](const CheckSpec& c, const LabSpec&) -> std::string {
