@@ -56,12 +56,12 @@ std::string cuda_line(const sys::CudaInfo& c) {
 }
 
 int run_doctor(const DoctorOptions& o) {
-  const auto blas = sys::blas_info();
   const std::string better_core = sys::better_openblas_coretype();
   if (o.openblas_coretype) {  // for scripts: ./kit exports it before running the tests
     if (!better_core.empty()) std::cout << better_core << "\n";
     return 0;
   }
+  const auto blas = sys::blas_info();
   const double sgemm = sys::measure_sgemm_gflops(o.sgemm_seconds);
   const bool cuda = torch::cuda::is_available();
   const bool blas_ok = blas.optimized && sgemm >= o.min_sgemm_gflops;

@@ -16,6 +16,17 @@ namespace {
 
 using CoreName = char* (*)();
 
+/// Whether `core` is one of the cores OpenBLAS falls back to for a model number it does not know
+/// (SSE2/SSE3-era kernels).
+bool is_fallback_core(const std::string& core) {
+  static const std::set<std::string> fallbacks{"prescott",  "core2",  "penryn",     "dunnington",
+                                               "nehalem",   "atom",   "katmai",     "coppermine",
+                                               "northwood", "banias", "sse_generic"};
+  std::string lower;
+  for (const char c : core) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return fallbacks.count(lower) > 0;
+}
+
 std::string this_cpus_flags() {
   std::ifstream cpuinfo("/proc/cpuinfo");
   for (std::string line; std::getline(cpuinfo, line);) {
@@ -24,20 +35,20 @@ std::string this_cpus_flags() {
   return "";
 }
 
+/// The OpenBLAS this process has loaded, asked for its core; nullptr without one.
+CoreName loaded_corename() { return reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename")); }
+
+/// /proc/cpuinfo is read only for a fallback core: every ddplab-tools start asks.
 std::string better_for(CoreName corename) {
-  return corename == nullptr ? "" : better_openblas_coretype(corename(), this_cpus_flags());
+  if (corename == nullptr) return "";
+  const std::string core = corename();
+  return is_fallback_core(core) ? better_openblas_coretype(core, this_cpus_flags()) : "";
 }
 
 }  // namespace
 
 std::string better_openblas_coretype(const std::string& core, const std::string& cpu_flags) {
-  std::string lower;
-  for (const char c : core) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  // The cores OpenBLAS falls back to for a model number it does not know (SSE2/SSE3-era kernels).
-  static const std::set<std::string> fallbacks{"prescott",  "core2",  "penryn",     "dunnington",
-                                               "nehalem",   "atom",   "katmai",     "coppermine",
-                                               "northwood", "banias", "sse_generic"};
-  if (fallbacks.count(lower) == 0) return "";
+  if (!is_fallback_core(core)) return "";
   std::set<std::string> flags;
   std::istringstream in(cpu_flags);
   for (std::string f; in >> f;) flags.insert(f);
@@ -50,13 +61,11 @@ std::string better_openblas_coretype(const std::string& core, const std::string&
   return "";
 }
 
-std::string better_openblas_coretype() {
-  return better_for(reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename")));
-}
+std::string better_openblas_coretype() { return better_for(loaded_corename()); }
 
 std::string adopt_better_openblas_coretype(bool load_system_blas) {
   if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return "";
-  auto corename = reinterpret_cast<CoreName>(::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  CoreName corename = loaded_corename();
   void* blas = nullptr;
   if (corename == nullptr && load_system_blas) {
     // The BLAS Debian's LibTorch loads (tools/setup-debian.sh points it at OpenBLAS).
