@@ -3,10 +3,19 @@
 # and an expect.toml saying which check must fail (or pass) and with what diagnosis. Read by labs/
 # (each variant compiled as a lab of its own: DDPLAB_BUILD_PLANTED) and grader/ (its ctest gradings).
 
-# Every bug folder of `folder`'s lab (planted first, then audit), into `out`.
+# Every bug folder of `folder`'s lab in the sets DDPLAB_VARIANT_SETS names (planted first, then
+# audit), into `out`.
 function(ddplab_planted_bugs folder out)
-  file(GLOB bugs LIST_DIRECTORIES true CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/labs/${folder}/planted/*
-       ${PROJECT_SOURCE_DIR}/labs/${folder}/audit/*)
+  set(globs)
+  foreach(set IN ITEMS planted audit)
+    if(set IN_LIST DDPLAB_VARIANT_SETS)
+      list(APPEND globs ${PROJECT_SOURCE_DIR}/labs/${folder}/${set}/*)
+    endif()
+  endforeach()
+  set(bugs)
+  if(globs)
+    file(GLOB bugs LIST_DIRECTORIES true CONFIGURE_DEPENDS ${globs})
+  endif()
   set(dirs)
   foreach(bug IN LISTS bugs)
     if(IS_DIRECTORY ${bug})
