@@ -68,12 +68,68 @@ if(DDPLAB_PCH)
   target_precompile_headers(ddplab_pch PRIVATE ${PROJECT_SOURCE_DIR}/cmake/pch.h)
 endif()
 
-# ddplab_target(<name>): apply our flags and the shared PCH to one of our targets.
+# ddplab_target(<name>): apply our flags and the shared PCH to one of our targets, and compile its
+# sources in batches (ddplab_unity, at the end of the folder's CMakeLists.txt, once the sources'
+# ddplab_no_pch properties are known).
 function(ddplab_target name)
   target_link_libraries(${name} PRIVATE ddplab_flags)
   if(DDPLAB_PCH)
     target_precompile_headers(${name} REUSE_FROM ddplab_pch)
   endif()
+  if(DDPLAB_UNITY)
+    # (a deferred call's arguments are read when it runs: the name is written into it now)
+    cmake_language(EVAL CODE "cmake_language(DEFER CALL ddplab_unity [[${name}]])")
+  endif()
+endfunction()
+
+# ddplab_unity(<name>): a unity build in batches of DDPLAB_UNITY_BATCH sources, the ones that use the
+# PCH apart from those that skip it (ddplab_no_pch: a batch of those is compiled without it too).
+# Every source of ours that includes LibTorch pays for the same instantiations and emits the same
+# inline functions; a batch pays once. Six of common/'s files compiled in 39 s one by one and 25 s
+# as one (2-core VM, 2026-12-07; docs/concepts/build.md has the whole build). A source with options
+# of its own (COMPILE_OPTIONS) or marked SKIP_UNITY_BUILD_INCLUSION is compiled alone.
+function(ddplab_unity name)
+  get_target_property(sources ${name} SOURCES)
+  get_target_property(binary_dir ${name} BINARY_DIR)
+  set(count_pch 0)
+  set(count_plain 0)
+  set(groups)
+  foreach(src IN LISTS sources)
+    if(NOT src MATCHES "\\.cpp$")
+      continue()
+    endif()
+    get_source_file_property(skip ${src} SKIP_UNITY_BUILD_INCLUSION)
+    get_source_file_property(options ${src} COMPILE_OPTIONS)
+    if(skip OR options)
+      set_source_files_properties(${src} PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+      continue()
+    endif()
+    get_source_file_property(no_pch ${src} SKIP_PRECOMPILE_HEADERS)
+    if(no_pch OR NOT DDPLAB_PCH)
+      math(EXPR batch "${count_plain} / ${DDPLAB_UNITY_BATCH}")
+      math(EXPR count_plain "${count_plain} + 1")
+      set(group plain${batch})
+    else()
+      math(EXPR batch "${count_pch} / ${DDPLAB_UNITY_BATCH}")
+      math(EXPR count_pch "${count_pch} + 1")
+      set(group pch${batch})
+    endif()
+    set_source_files_properties(${src} PROPERTIES UNITY_GROUP ${group})
+    list(APPEND groups ${group})
+  endforeach()
+  list(LENGTH groups n)
+  if(n LESS 2)
+    return()
+  endif()
+  set_target_properties(${name} PROPERTIES UNITY_BUILD ON UNITY_BUILD_MODE GROUP)
+  # The generated batch of sources that skip the PCH skips it too.
+  list(REMOVE_DUPLICATES groups)
+  foreach(group IN LISTS groups)
+    if(group MATCHES "^plain" AND DDPLAB_PCH)
+      set_source_files_properties(${binary_dir}/CMakeFiles/${name}.dir/Unity/unity_${group}_cxx.cxx
+                                  PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+    endif()
+  endforeach()
 endfunction()
 
 # ddplab_no_pch(<sources...>): sources that include no LibTorch header skip the 630 MB

@@ -295,4 +295,21 @@ TEST(Registry, TheMeasuredKindsOfTheTestSplitHoldEveryTimingKind) {
   for (const auto& kind : measured) EXPECT_NE(find_kind(kind), nullptr) << kind << " is no check kind";
 }
 
+// The untimed full-marks grading waits for the calibration only when one of its labs has a check of
+// a kind in DDPLAB_CALIBRATED_KINDS (grader/CMakeLists.txt): every kind with a `reference` parameter
+// (compared with the calibration, calibrate.cpp's calibrated_checks) must be in it.
+TEST(Registry, TheCalibratedKindsOfTheTestSplitHoldEveryKindWithAReference) {
+  std::set<std::string> listed;
+  std::istringstream in(DDPLAB_TEST_CALIBRATED_KINDS);
+  for (std::string kind; std::getline(in, kind, '|');) listed.insert(kind);
+  std::set<std::string> with_reference;
+  for (const CheckKind* k : check_registry()) {
+    for (const ParamSpec& p : k->params) {
+      if (p.name == "reference") with_reference.insert(k->name);
+    }
+  }
+  EXPECT_FALSE(with_reference.empty());
+  EXPECT_EQ(listed, with_reference);
+}
+
 }  // namespace

@@ -273,7 +273,7 @@ class OverlapSync final : public BucketedSync {
         remaining_(buckets_.size(), 0),
         pending_(buckets_.size()) {
     for (size_t i = 0; i < params_.size(); ++i) {
-      compat::NodePtr acc = torch::autograd::impl::grad_accumulator(params_[i]);
+      ddplab::compat::NodePtr acc = torch::autograd::impl::grad_accumulator(params_[i]);
       DDPLAB_CHECK(acc != nullptr, fmt::format("grad sync: parameter {} has no gradient accumulator", i));
       hook_keys_.push_back(acc->add_post_hook(std::make_unique<ReadyHook>(*this, i)));
       accumulators_.push_back(std::move(acc));
@@ -351,7 +351,7 @@ class OverlapSync final : public BucketedSync {
     }
   }
 
-  std::vector<compat::NodePtr> accumulators_;  // keeps the hooked nodes alive
+  std::vector<ddplab::compat::NodePtr> accumulators_;  // keeps the hooked nodes alive
   std::vector<std::uintptr_t> hook_keys_;
   std::mutex mu_;  // hooks may run on an autograd device thread
   bool armed_ = false;

@@ -111,7 +111,7 @@ Batch concat(const std::vector<Batch>& parts) {
 
 /// Gradient-sync tests fail fast on a deadlock.
 template <typename Fn>
-void run_ranks(int world, Fn fn, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+void run_sync_ranks(int world, Fn fn, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
   ddplab::testing::run_ranks(world, fn, timeout);
 }
 
@@ -257,7 +257,7 @@ class GradSyncTransportWorld : public ::testing::TestWithParam<int> {};
 
 TEST_P(GradSyncTransportWorld, AllreduceAsyncSumsAndCountsLikeAllreduce) {
   const int world = GetParam();
-  run_ranks(world, [world](ProcessGroup& pg) {
+  run_sync_ranks(world, [world](ProcessGroup& pg) {
     std::vector<torch::Tensor> ts;
     std::vector<std::shared_ptr<ddplab::dist::Pending>> pending;
     for (int64_t n : {1, 7, 1023}) {
@@ -284,7 +284,7 @@ TEST(GradSyncTransport, AllreduceAsyncTimeoutNamesItsOwnCollective) {
   // Rank 1 never joins. Rank 0 starts two allreduces and waits for the first: the error must name
   // #1 and its 40 bytes, not the 12-byte #2 that was started last.
   try {
-    run_ranks(
+    run_sync_ranks(
         2,
         [](ProcessGroup& pg) {
           if (pg.rank() == 0) {
@@ -311,7 +311,7 @@ class GradSyncOracle : public ::testing::TestWithParam<int> {};
 
 TEST_P(GradSyncOracle, EveryStrategyGivesExactlyTheMeanOfTheLocalGradients) {
   const int world = GetParam();
-  run_ranks(world, [world](ProcessGroup& pg) {
+  run_sync_ranks(world, [world](ProcessGroup& pg) {
     TinyNet m;
     init_params(*m, true);
     // The reference without any communication: every rank's gradient, computed here, summed in
@@ -348,7 +348,7 @@ TEST_P(GradSyncOracle, EveryStrategyGivesExactlyTheMeanOfTheLocalGradients) {
 
 TEST_P(GradSyncOracle, FasterStrategiesMatchPerParamOnAFloatModel) {
   const int world = GetParam();
-  run_ranks(world, [](ProcessGroup& pg) {
+  run_sync_ranks(world, [](ProcessGroup& pg) {
     TinyNet m;
     init_params(*m, false);
     const Batch batch = make_batch(pg.rank(), 1, 5, false);
@@ -377,7 +377,7 @@ class GradSyncTraining : public ::testing::TestWithParam<int> {};
 
 TEST_P(GradSyncTraining, SgdAndAdamEndWithThePerParamWeightsOnEveryRank) {
   const int world = GetParam();
-  run_ranks(world, [world](ProcessGroup& pg) {
+  run_sync_ranks(world, [world](ProcessGroup& pg) {
     for (bool adam : {false, true}) {
       std::vector<torch::Tensor> oracle;
       for (SyncStrategy s : kAllStrategies) {
@@ -419,7 +419,7 @@ TEST_P(GradSyncTraining, SgdAndAdamEndWithThePerParamWeightsOnEveryRank) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GradSyncTraining, ::testing::Values(2, 4));
 
 TEST(GradSyncCounts, OneCollectivePerBucketPerStep) {
-  run_ranks(2, [](ProcessGroup& pg) {
+  run_sync_ranks(2, [](ProcessGroup& pg) {
     TinyNet m;
     init_params(*m, false);
     const int64_t model_bytes = 4 * ddplab::count_parameters(*m);
@@ -455,7 +455,7 @@ class GradSyncNoSync : public ::testing::TestWithParam<int> {};
 
 TEST_P(GradSyncNoSync, AccumulatedMicroStepsEqualOneStepOnTheConcatenatedBatch) {
   const int world = GetParam();
-  run_ranks(world, [](ProcessGroup& pg) {
+  run_sync_ranks(world, [](ProcessGroup& pg) {
     TinyNet m;
     init_params(*m, false);
     std::vector<Batch> micro;
@@ -497,7 +497,7 @@ TEST_P(GradSyncUnused, OverlapFinishesWhenSomeParametersGetNoGradient) {
   // backward, so finish() must launch them; if it did not, the ranks would wait for each other
   // until the timeout.
   const int world = GetParam();
-  run_ranks(
+  run_sync_ranks(
       world,
       [](ProcessGroup& pg) {
         TinyNet m(true);
@@ -527,7 +527,7 @@ TEST_P(GradSyncUnused, OverlapFinishesWhenSomeParametersGetNoGradient) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GradSyncUnused, ::testing::Values(2, 3));
 
 TEST(GradSyncDeepFM, OverlapAndBucketedMatchPerParamOnOneStep) {
-  run_ranks(2, [](ProcessGroup& pg) {
+  run_sync_ranks(2, [](ProcessGroup& pg) {
     ddplab::DeepFM model;
     ddplab::dist::broadcast_module(pg, *model, 0);  // construction drew different random weights
     const int64_t n = 4;
@@ -572,7 +572,7 @@ class GradSyncSparse : public ::testing::TestWithParam<int> {};
 
 TEST_P(GradSyncSparse, GivesExactlyTheMeanOfTheLocalGradients) {
   const int world = GetParam();
-  run_ranks(world, [world](ProcessGroup& pg) {
+  run_sync_ranks(world, [world](ProcessGroup& pg) {
     TinyNet m;
     init_params(*m, true);
     std::vector<torch::Tensor> want;
@@ -603,7 +603,7 @@ TEST_P(GradSyncSparse, GivesExactlyTheMeanOfTheLocalGradients) {
 
 TEST_P(GradSyncSparse, TrainsLikePerParamWithBitIdenticalRanks) {
   const int world = GetParam();
-  run_ranks(world, [world](ProcessGroup& pg) {
+  run_sync_ranks(world, [world](ProcessGroup& pg) {
     std::vector<torch::Tensor> oracle;
     for (SyncStrategy s : {SyncStrategy::kPerParam, SyncStrategy::kSparse}) {
       SCOPED_TRACE(testing::Message() << ddplab::dist::sync_strategy_name(s) << ", rank " << pg.rank());
@@ -636,7 +636,7 @@ TEST_P(GradSyncSparse, TrainsLikePerParamWithBitIdenticalRanks) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GradSyncSparse, ::testing::Values(1, 2, 3, 4));
 
 TEST(GradSyncSparseTables, DenseRowsFallBackToOneAllreduce) {
-  run_ranks(2, [](ProcessGroup& pg) {
+  run_sync_ranks(2, [](ProcessGroup& pg) {
     TinyNet m;
     init_params(*m, true);
     const BucketOptions always_dense{64, 256, 10, 0.0};
@@ -655,7 +655,7 @@ TEST(GradSyncSparseTables, DenseRowsFallBackToOneAllreduce) {
 }
 
 TEST(GradSyncSparseTables, DeepFMMovesAFractionOfTheDenseBytes) {
-  run_ranks(2, [](ProcessGroup& pg) {
+  run_sync_ranks(2, [](ProcessGroup& pg) {
     ddplab::DeepFM model;
     ddplab::dist::broadcast_module(pg, *model, 0);
     const int64_t n = 64;
@@ -695,7 +695,7 @@ class GradSyncRowSparse : public ::testing::TestWithParam<int> {};
 
 TEST_P(GradSyncRowSparse, AveragesLikeTheDenseRungInTwoAllgathersAndTrainsAlike) {
   const int world = GetParam();
-  run_ranks(world, [world](ProcessGroup& pg) {
+  run_sync_ranks(world, [world](ProcessGroup& pg) {
     ddplab::DeepFMOptions sparse_opts;
     sparse_opts.sparse_gradients = true;
     ddplab::DeepFM oracle_model, dense_model;

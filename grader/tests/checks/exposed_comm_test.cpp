@@ -12,7 +12,7 @@ json rank(double exposed_ms, double launched_in_backward = 1) {
   return rep;
 }
 
-const char* kSpec = R"([[run]]
+const char* kExposedCommSpec = R"([[run]]
 name = "bucketed"
 ranks = 2
 
@@ -32,7 +32,7 @@ class ExposedCommCheck : public CheckTest {
  protected:
   void SetUp() override {
     CheckTest::SetUp();
-    load(kSpec);
+    load(kExposedCommSpec);
   }
 };
 
@@ -53,7 +53,7 @@ TEST_F(ExposedCommCheck, MoreThanTheRatioAllowsFails) {
   EXPECT_TRUE(has(r, Status::kFailed, "overlapping exposes more communication than waiting until the end"));
   EXPECT_NE(r.observed.find("ratio 1.16, at most 1.00 allowed"), std::string::npos) << r.observed;
 
-  load(std::string(kSpec) + "max_ratio = 0.5\n");
+  load(std::string(kExposedCommSpec) + "max_ratio = 0.5\n");
   add_run("overlap", {rank(10.0), rank(3.0)});
   r = grade("hides");
   EXPECT_TRUE(has(r, Status::kFailed, "buckets launched late"));
@@ -80,7 +80,7 @@ TEST_F(ExposedCommCheck, ABaselineThatExposesNothingComparesNothingAndFails) {
 }
 
 TEST_F(ExposedCommCheck, BucketsLaunchedOnlyAtFinishFailTheBackwardMinimum) {
-  load(std::string(kSpec) + "min_launched_in_backward = 1\n");
+  load(std::string(kExposedCommSpec) + "min_launched_in_backward = 1\n");
   add_run("bucketed", {rank(17.2, 0), rank(17.2, 0)});  // the baseline is not asked
   add_run("overlap", {rank(5.0, 1), rank(5.0, 0)});
   auto r = grade("hides");
@@ -109,7 +109,7 @@ TEST_F(ExposedCommCheck, MissingOrNegativeFiguresAreMalformed) {
   EXPECT_TRUE(has(r, Status::kFailed, "outputs are missing or malformed"));
   EXPECT_EQ(r.observed, "run 'bucketed', rank 1's report: sync.steps.exposed_comm_ms_median is -1");
 
-  load(std::string(kSpec) + "min_launched_in_backward = 2\n");
+  load(std::string(kExposedCommSpec) + "min_launched_in_backward = 2\n");
   json no_count = rank(5.0);
   no_count["sync"]["steps"].erase("launched_in_backward_median");
   add_run("bucketed", {rank(17.2), rank(17.2)});
@@ -120,12 +120,14 @@ TEST_F(ExposedCommCheck, MissingOrNegativeFiguresAreMalformed) {
 }
 
 TEST_F(ExposedCommCheck, ParametersAreValidated) {
-  EXPECT_NE(load_error(std::string(kSpec) + "max_ratio = 0\n").find("max_ratio must be > 0"), std::string::npos);
-  EXPECT_NE(load_error(std::string(kSpec) + "min_launched_in_backward = -1\n").find("must be >= 0"), std::string::npos);
-  EXPECT_NE(load_error(std::string(kSpec) + "min_launched_in_backward = 1.5\n")
+  EXPECT_NE(load_error(std::string(kExposedCommSpec) + "max_ratio = 0\n").find("max_ratio must be > 0"),
+            std::string::npos);
+  EXPECT_NE(load_error(std::string(kExposedCommSpec) + "min_launched_in_backward = -1\n").find("must be >= 0"),
+            std::string::npos);
+  EXPECT_NE(load_error(std::string(kExposedCommSpec) + "min_launched_in_backward = 1.5\n")
                 .find("parameter 'min_launched_in_backward' must be a integer"),
             std::string::npos);
-  std::string one_run = kSpec;
+  std::string one_run = kExposedCommSpec;
   const std::string two = "runs = [\"bucketed\", \"overlap\"]";
   one_run.replace(one_run.find(two), two.size(), "run = \"overlap\"");
   EXPECT_NE(load_error(one_run).find("needs runs = [baseline, candidate]"), std::string::npos);

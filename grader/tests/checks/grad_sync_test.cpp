@@ -50,7 +50,7 @@ json sync_report(const std::string& rung = "student-overlap") {
   return rep;
 }
 
-const char* kSpec = R"([[run]]
+const char* kGradSyncSpec = R"([[run]]
 name = "overlap"
 ranks = 2
 
@@ -66,7 +66,7 @@ class GradSyncCheck : public CheckTest {
  protected:
   void SetUp() override {
     CheckTest::SetUp();
-    load(kSpec);
+    load(kGradSyncSpec);
   }
 };
 
@@ -205,7 +205,7 @@ TEST_F(GradSyncCheck, DifferentLaunchSequencesOnTwoRanksFail) {
 }
 
 TEST_F(GradSyncCheck, EachPartCanBeTurnedOff) {
-  load(std::string(kSpec) + "layout = false\nsame_order = false\n");
+  load(std::string(kGradSyncSpec) + "layout = false\nsame_order = false\n");
   auto rep = sync_report();
   rep["sync"]["buckets"] = json::array({{{"params", {"mlp.6.bias"}}, {"bytes", 4}}, ddp_buckets()[1]});
   rep["sync"]["steps"]["order_in_layout"] = false;
@@ -213,15 +213,15 @@ TEST_F(GradSyncCheck, EachPartCanBeTurnedOff) {
   const auto r = grade("sync");
   EXPECT_TRUE(has(r, Status::kPassed));
   EXPECT_EQ(r.observed, "2 bucket(s) (4 and 12,070,848 bytes), 1 collective per bucket on every synced step");
-  EXPECT_NE(load_error(std::string(kSpec) + "layout = false\nsame_order = false\none_per_bucket = false\n")
+  EXPECT_NE(load_error(std::string(kGradSyncSpec) + "layout = false\nsame_order = false\none_per_bucket = false\n")
                 .find("this check checks nothing"),
             std::string::npos);
-  EXPECT_NE(load_error(std::string(kSpec) + "layout = \"yes\"\n").find("parameter 'layout' must be a bool"),
+  EXPECT_NE(load_error(std::string(kGradSyncSpec) + "layout = \"yes\"\n").find("parameter 'layout' must be a bool"),
             std::string::npos);
 }
 
 TEST_F(GradSyncCheck, ASpecDiagnosisWordsEveryFailure) {
-  load(std::string(kSpec) + "diagnosis = \"revisit exercise 04.2\"\n");
+  load(std::string(kGradSyncSpec) + "diagnosis = \"revisit exercise 04.2\"\n");
   auto rep = sync_report();
   rep["sync"]["order_digest"] = "0000000000000001";
   add_run("overlap", {sync_report(), rep});
