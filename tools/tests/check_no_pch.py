@@ -8,10 +8,13 @@ the PCH and the header dependencies Ninja recorded for them (`ninja -t deps`); r
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
-TORCH_DIRS = ("/torch/", "/ATen/", "/c10/")
+# LibTorch's own headers, wherever its include folder is (/usr/include, or the pip wheel's
+# torch/include, which also holds fmt: the fmt of torch's c10d headers, not LibTorch).
+LIBTORCH_HEADER = re.compile(r"/include/(torch|ATen|c10)/")
 
 
 def main():
@@ -41,13 +44,17 @@ def main():
             current = line.split(":")[0]
             if "(VALID)" not in line and "(STALE)" not in line:
                 unknown.append(current)
-        elif current and any(d in line for d in TORCH_DIRS):
+        elif current and LIBTORCH_HEADER.search(line):
             bad.setdefault(current, line.strip())
     for obj in unknown:
         print(f"check_no_pch: no recorded dependencies for {obj} (build first)", file=sys.stderr)
     for obj, header in sorted(bad.items()):
-        print(f"{outputs[obj]}: skips the PCH (ddplab_no_pch) but includes LibTorch ({header}); "
-              "take it out of the ddplab_no_pch list, or its LibTorch include out of the file")
+        src = outputs[obj]
+        if "/Unity/" in src:  # a batch of the unity build (ddplab_unity): name its sources
+            batch = re.findall(r'#include "([^"]+)"', open(src).read())
+            src = f"{src} (the batch of {', '.join(batch)})"
+        print(f"{src}: skips the PCH (ddplab_no_pch) but includes LibTorch ({header}); "
+              "take the source that does out of the ddplab_no_pch list, or its LibTorch include out of it")
     print(f"check_no_pch: {len(outputs)} file(s) compiled without the PCH, {len(bad)} of them include LibTorch")
     sys.exit(1 if bad or unknown else 0)
 
