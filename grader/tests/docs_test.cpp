@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "ddplab/grader/batch.h"
 #include "ddplab/grader/checks.h"
 #include "ddplab/grader/spec.h"
 
@@ -296,20 +297,22 @@ TEST(Registry, TheMeasuredKindsOfTheTestSplitHoldEveryTimingKind) {
 }
 
 // The untimed full-marks grading waits for the calibration only when one of its labs has a check of
-// a kind in DDPLAB_CALIBRATED_KINDS (grader/CMakeLists.txt): every kind with a `reference` parameter
-// (compared with the calibration, calibrate.cpp's calibrated_checks) must be in it.
-TEST(Registry, TheCalibratedKindsOfTheTestSplitHoldEveryKindWithAReference) {
+// a kind in DDPLAB_CALIBRATED_KINDS (grader/CMakeLists.txt): it must hold exactly the kinds whose
+// checks the calibration measures (calibrated_checks, what `grade --calibrate` runs).
+TEST(Registry, TheCalibratedKindsOfTheTestSplitHoldEveryCalibratedKind) {
   std::set<std::string> listed;
   std::istringstream in(DDPLAB_TEST_CALIBRATED_KINDS);
   for (std::string kind; std::getline(in, kind, '|');) listed.insert(kind);
-  std::set<std::string> with_reference;
+  LabSpec every_kind;  // one check of each kind, its id the kind's name
   for (const CheckKind* k : check_registry()) {
-    for (const ParamSpec& p : k->params) {
-      if (p.name == "reference") with_reference.insert(k->name);
-    }
+    CheckSpec c;
+    c.id = c.kind = k->name;
+    every_kind.checks.push_back(c);
   }
-  EXPECT_FALSE(with_reference.empty());
-  EXPECT_EQ(listed, with_reference);
+  const std::vector<std::string> ids = calibrated_checks(every_kind);
+  const std::set<std::string> calibrated(ids.begin(), ids.end());
+  EXPECT_FALSE(calibrated.empty());
+  EXPECT_EQ(listed, calibrated);
 }
 
 }  // namespace

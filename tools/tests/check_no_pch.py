@@ -27,10 +27,11 @@ def main():
         if os.path.abspath(e["directory"]) != build or "-include-pch" in e["command"] or "cmake_pch" in e["file"]:
             continue
         args = e["command"].split()
+        obj = args[args.index("-o") + 1] if "-o" in args else None
         # A sanitized build (<target>_tests_sanitized*, built on demand by `grade --sanitize`) has flags
         # of its own that the PCH was not built with: it skips the PCH by design.
-        if "-o" in args and "_sanitized" not in args[args.index("-o") + 1]:
-            outputs[args[args.index("-o") + 1]] = e["file"]
+        if obj and "_sanitized" not in obj:
+            outputs[obj] = e["file"]
     if not outputs:
         print("check_no_pch: no source is compiled without the PCH here (DDPLAB_PCH=OFF?)", file=sys.stderr)
         sys.exit(1)
