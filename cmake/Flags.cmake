@@ -68,6 +68,32 @@ if(DDPLAB_PCH)
   target_precompile_headers(ddplab_pch PRIVATE ${PROJECT_SOURCE_DIR}/cmake/pch.h)
 endif()
 
+# ddplab_sanitized_pch(<sanitizer> <flags_var> <pch_var>): the compile flags of the lab tests built
+# under <sanitizer> (address,undefined or thread) for `ddplab grade --sanitize`, and a PCH target
+# compiled with exactly those flags (empty without DDPLAB_PCH). The kit's PCH cannot serve them:
+# Clang refuses a PCH built with other sanitizer or optimisation flags. Without one, each sanitized
+# file parsed LibTorch's headers again: 20-45 s a file on the 2-core VM, and every sanitized grading
+# compiles the student's file (docs/concepts/build.md). Built on demand, once per sanitizer.
+function(ddplab_sanitized_pch sanitizer flags_var pch_var)
+  set(flags -fsanitize=${sanitizer} -fno-omit-frame-pointer -g -O1)
+  if(sanitizer MATCHES "undefined")
+    list(APPEND flags -fno-sanitize-recover=undefined)
+  endif()
+  set(${flags_var} ${flags} PARENT_SCOPE)
+  set(${pch_var} "" PARENT_SCOPE)
+  if(NOT DDPLAB_PCH)
+    return()
+  endif()
+  string(REPLACE "," "_" pch ddplab_pch_${sanitizer})
+  if(NOT TARGET ${pch})
+    add_library(${pch} OBJECT EXCLUDE_FROM_ALL ${PROJECT_SOURCE_DIR}/cmake/pch.cpp)
+    target_link_libraries(${pch} PRIVATE ddplab_torch ddplab_flags fmt::fmt nlohmann_json::nlohmann_json)
+    target_compile_options(${pch} PRIVATE ${flags})
+    target_precompile_headers(${pch} PRIVATE ${PROJECT_SOURCE_DIR}/cmake/pch.h)
+  endif()
+  set(${pch_var} ${pch} PARENT_SCOPE)
+endfunction()
+
 # ddplab_target(<name>): apply our flags and the shared PCH to one of our targets, and compile its
 # sources in batches (ddplab_unity, at the end of the folder's CMakeLists.txt, once the sources'
 # ddplab_no_pch properties are known).
