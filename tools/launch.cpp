@@ -27,6 +27,7 @@ struct LaunchOptions {
   bool no_prefix = false;
   bool verbose = false;
   std::string bind = "auto";
+  std::string backend = "c10d";
   std::vector<std::string> command;
 };
 
@@ -61,6 +62,7 @@ int run_launch(const LaunchOptions& o) {
   spec.prefix_output = !o.no_prefix;
   spec.verbose = o.verbose;
   spec.bind = parse_cpu_bind(o.bind);
+  spec.backend = parse_launch_backend(o.backend);
   // The library has already said why a job failed (which rank, which status or signal).
   return launch(spec).exit_code;
 }
@@ -91,6 +93,15 @@ void setup_launch(CLI::App& app) {
                   "mpirun does; DDPLAB_BIND, if set, chooses instead), cores (bind or fail), none (the "
                   "scheduler places the threads, as torchrun)")
       ->check(CLI::IsMember({"auto", "cores", "none"}))
+      ->capture_default_str();
+  sub->add_option("--backend", opts->backend,
+                  "Who starts the ranks and what their collectives go over: c10d (this launcher; Gloo for "
+                  "CPU tensors, NCCL for CUDA), mpi (Open MPI's mpirun, one app context per rank with this "
+                  "launcher's variables and cores, and DDPLAB_BACKEND=mpi: shared memory between the ranks), "
+                  "auto (mpi where this build has Open MPI and mpirun is on PATH, for 2+ ranks on one node; "
+                  "else c10d)")
+      ->envname("DDPLAB_LAUNCH_BACKEND")
+      ->check(CLI::IsMember({"c10d", "mpi", "auto"}))
       ->capture_default_str();
   sub->add_flag("--no-prefix", opts->no_prefix, "Do not prefix output lines with [rank R]");
   sub->add_flag("-v,--verbose", opts->verbose, "Also report the port, the start and each rank's exit");

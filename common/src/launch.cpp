@@ -33,6 +33,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "ddplab/config.h"
 #include "ddplab/error.h"
 
 extern char** environ;  // NOLINT: POSIX global
@@ -112,6 +113,66 @@ std::string resolve_program(const std::string& program, const std::string& path_
     begin = end + 1;
   }
   throw ConfigError(fmt::format("launch: program '{}' not found in PATH", program));
+}
+
+/// The launcher's PATH (spec.extra_env's if it sets one), as the ranks will see it.
+std::string path_of(const LaunchSpec& s) {
+  const auto it = s.extra_env.find("PATH");
+  const char* env = std::getenv("PATH");
+  return it != s.extra_env.end() ? it->second : env != nullptr ? std::string(env) : "/usr/local/bin:/usr/bin:/bin";
+}
+
+/// One line of `mpirun --tag-output`: "[1,3]<stderr>:text" is rank 3's stderr line "text".
+struct TaggedLine {
+  int rank = -1;  ///< -1: mpirun's own line
+  bool is_stderr = false;
+  std::string text;
+};
+
+TaggedLine parse_tagged(const std::string& line) {
+  TaggedLine t;
+  t.text = line;
+  if (line.size() < 6 || line[0] != '[') return t;
+  const size_t comma = line.find(',');
+  const size_t close = line.find(']');
+  if (comma == std::string::npos || close == std::string::npos || comma > close) return t;
+  for (size_t i = comma + 1; i < close; ++i) {
+    if (line[i] < '0' || line[i] > '9') return t;
+  }
+  if (close == comma + 1 || close - comma > 7) return t;
+  for (const auto& [tag, err] : {std::pair<const char*, bool>{"<stdout>:", false}, {"<stderr>:", true}}) {
+    if (line.compare(close + 1, std::strlen(tag), tag) == 0) {
+      t.rank = std::stoi(line.substr(comma + 1, close - comma - 1));
+      t.is_stderr = err;
+      t.text = line.substr(close + 1 + std::strlen(tag));
+      return t;
+    }
+  }
+  return t;
+}
+
+/// The pids whose parent is `parent` (/proc/<pid>/stat): mpirun puts each rank in a process group
+/// of its own, so a SIGKILL to mpirun's group would leave them running.
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    FILE* f = std::fopen((e.path() / "stat").c_str(), "r");
+    if (f == nullptr) continue;
+    char buf[512];
+    const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    const char* close = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
+    int ppid = 0;
+    char state = 0;
+    if (close != nullptr && std::sscanf(close + 1, " %c %d", &state, &ppid) == 2 && ppid == parent) {
+      out.push_back(static_cast<pid_t>(std::stoi(name)));
+    }
+  }
+  return out;
 }
 
 std::string describe_exit(int exit_code, int sig) {
@@ -221,7 +282,13 @@ class Job {
 
  private:
   void validate_and_prepare();
-  void start_rank(Rank& r, const std::map<std::string, std::string>& env);
+  void start_rank(Rank& r, const std::map<std::string, std::string>& env, const std::vector<std::string>& command,
+                  const std::string& path, const std::vector<int>& cores);
+  /// --backend mpi: mpirun's command line and environment (one app context per rank).
+  void start_mpirun();
+  void on_mpirun_exit(Rank& r);
+  /// Signals the process group of `r`; under mpirun a SIGKILL also reaches the ranks' own groups.
+  void signal_group(const Rank& r, int sig);
   void event_loop();
   void read_stream(Rank& r, Stream& s, bool is_stderr, bool until_eagain);
   void emit(Rank& r, bool is_stderr, const std::string& line);
@@ -251,6 +318,11 @@ class Job {
   std::optional<Clock::time_point> kill_at_;  // when SIGKILL follows the SIGTERM
   bool killed_ = false;
   int not_attempted_rank_ = -1;  // first rank that exited with kExitNotAttempted
+  // --backend mpi: ranks_ holds one process, mpirun; its tagged lines are the ranks'.
+  bool mpi_ = false;
+  std::string mpirun_path_;
+  std::vector<int> mpi_log_fds_;           // per local rank
+  std::vector<std::string> mpirun_lines_;  // mpirun's own lines (its report of a failed rank)
 };
 
 void Job::message(const std::string& text) {
@@ -320,6 +392,21 @@ void Job::validate_and_prepare() {
     bind = parse_cpu_bind(env_bind, "DDPLAB_BIND");
   resolved_.bind = bind;
   cpus_ = plan_cpu_binding(bind, s.nproc, allowed_cpus());
+  if (s.backend == LaunchBackend::kMpi) {
+    const std::string why = mpi_launch_problem(s);
+    if (!why.empty()) throw ConfigError("launch --backend mpi: " + why);
+    mpi_ = true;
+  } else if (s.backend == LaunchBackend::kAuto) {
+    mpi_ = s.nproc > 1 && mpi_launch_problem(s).empty();
+  }
+  if (mpi_) {
+    // Open MPI takes its installation prefix from the path it was started by: /bin/mpirun (a
+    // usrmerge alias of /usr/bin) makes it "/", which it refuses. The real folder is /usr/bin.
+    const std::filesystem::path found = resolve_program("mpirun", path_var);
+    std::error_code ec;
+    const auto dir = std::filesystem::canonical(found.parent_path(), ec);
+    mpirun_path_ = ec ? found.string() : (dir / found.filename()).string();
+  }
   if (resolved_.run_id.empty()) {
     const auto now = std::chrono::system_clock::now().time_since_epoch();
     resolved_.run_id =
@@ -327,7 +414,8 @@ void Job::validate_and_prepare() {
   }
 }
 
-void Job::start_rank(Rank& r, const std::map<std::string, std::string>& env) {
+void Job::start_rank(Rank& r, const std::map<std::string, std::string>& env, const std::vector<std::string>& command,
+                     const std::string& path, const std::vector<int>& cores) {
   // Everything the child needs is built before fork: after fork, in a process that may have other
   // threads, only async-signal-safe calls are allowed (no malloc, no locks).
   std::vector<std::string> env_strings;
@@ -336,20 +424,19 @@ void Job::start_rank(Rank& r, const std::map<std::string, std::string>& env) {
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
-  std::vector<std::string> args = resolved_.command;
+  std::vector<std::string> args = command;
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  const std::string exec_error = fmt::format("ddplab launch: cannot execute '{}': ", program_path_);
-  const auto& cores = cpus_.at(static_cast<size_t>(r.global - spec_.node_rank * spec_.nproc));
+  const std::string exec_error = fmt::format("ddplab launch: cannot execute '{}': ", path);
   cpu_set_t core_set;
   CPU_ZERO(&core_set);
   for (int c : cores) CPU_SET(c, &core_set);
 
-  if (!spec_.log_dir.empty()) {
-    const std::string path = fmt::format("{}/rank{}.log", spec_.log_dir, r.global);
-    r.log_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (r.log_fd < 0) throw ConfigError(fmt::format("launch: cannot open '{}': {}", path, std::strerror(errno)));
+  if (!spec_.log_dir.empty() && !mpi_) {
+    const std::string log = fmt::format("{}/rank{}.log", spec_.log_dir, r.global);
+    r.log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (r.log_fd < 0) throw ConfigError(fmt::format("launch: cannot open '{}': {}", log, std::strerror(errno)));
   }
   int out[2], err[2];
   make_pipe(out);
@@ -410,7 +497,7 @@ void Job::start_rank(Rank& r, const std::map<std::string, std::string>& env) {
     sigset_t none;
     sigemptyset(&none);
     ::pthread_sigmask(SIG_SETMASK, &none, nullptr);
-    ::execve(program_path_.c_str(), argv.data(), envp.data());
+    ::execve(path.c_str(), argv.data(), envp.data());
     const int e = errno;
     write_all(STDERR_FILENO, exec_error.data(), exec_error.size());
     const char* why = ::strerror(e);
@@ -441,6 +528,29 @@ void Job::start_rank(Rank& r, const std::map<std::string, std::string>& env) {
 }
 
 void Job::emit(Rank& r, bool is_stderr, const std::string& line) {
+  if (mpi_) {
+    const TaggedLine t = parse_tagged(line);
+    if (t.rank < 0 || t.rank >= spec_.nproc) {
+      // mpirun's own words: its report of a failed rank is read when it exits (on_mpirun_exit).
+      if (mpirun_lines_.size() < 200) mpirun_lines_.push_back(line);
+      if (spec_.verbose) message("mpirun: " + line);
+      return;
+    }
+    const int log_fd = mpi_log_fds_.empty() ? -1 : mpi_log_fds_[static_cast<size_t>(t.rank)];
+    if (log_fd >= 0) {
+      const std::string copy = t.text + '\n';
+      write_all(log_fd, copy.data(), copy.size());
+    }
+    if (spec_.on_line) {
+      spec_.on_line(t.rank, t.is_stderr, t.text);
+      return;
+    }
+    std::string text = spec_.prefix_output ? fmt::format("[rank {}] ", t.rank) : std::string();
+    text += t.text;
+    text += '\n';
+    write_all(t.is_stderr ? STDERR_FILENO : STDOUT_FILENO, text.data(), text.size());
+    return;
+  }
   if (r.log_fd >= 0) {
     std::string copy = line;
     copy += '\n';
@@ -495,9 +605,19 @@ void Job::read_stream(Rank& r, Stream& s, bool is_stderr, bool until_eagain) {
   }
 }
 
+void Job::signal_group(const Rank& r, int sig) {
+  if (mpi_ && sig == SIGKILL) {
+    for (pid_t child : children_of(r.pid)) {
+      ::kill(-child, SIGKILL);
+      ::kill(child, SIGKILL);
+    }
+  }
+  ::kill(-r.pid, sig);
+}
+
 void Job::signal_running(int sig) {
   for (auto& r : ranks_) {
-    if (r.running) ::kill(-r.pid, sig);
+    if (r.running) signal_group(r, sig);
   }
 }
 
@@ -524,6 +644,10 @@ void Job::on_rank_exit(Rank& r, int status) {
   // Its last lines belong before any message about its exit.
   read_stream(r, r.out, false, true);
   read_stream(r, r.err, true, true);
+  if (mpi_) {
+    on_mpirun_exit(r);
+    return;
+  }
   const std::string how = describe_exit(r.result.exit_code, r.result.signal);
   // Exit status 3 is the kit's "exercise not attempted" (error.h): a skeleton that ran to its end.
   // It is not a failure to stop the job for — the other ranks finish and write their reports.
@@ -630,7 +754,8 @@ void Job::event_loop() {
       for (auto& r : ranks_) {
         if (!r.running) continue;
         if (!names.empty()) names += ", ";
-        names += fmt::format("{} (pid {})", r.global, r.pid);
+        names += mpi_ ? fmt::format("all {} under mpirun (pid {})", spec_.nproc, r.pid)
+                      : fmt::format("{} (pid {})", r.global, r.pid);
         r.result.timed_out = true;
       }
       result_.summary =
@@ -641,8 +766,10 @@ void Job::event_loop() {
     if (kill_at_ && !killed_ && now >= *kill_at_) {
       const auto left = running_ranks();
       if (!left.empty()) {
-        message(fmt::format("rank(s) {} still running {:g} s after SIGTERM; sending SIGKILL", fmt::join(left, ", "),
-                            spec_.grace_s));
+        message(mpi_ ? fmt::format("mpirun still running {:g} s after SIGTERM; sending SIGKILL to it and its ranks",
+                                   spec_.grace_s)
+                     : fmt::format("rank(s) {} still running {:g} s after SIGTERM; sending SIGKILL",
+                                   fmt::join(left, ", "), spec_.grace_s));
       }
       signal_running(SIGKILL);
       killed_ = true;
@@ -654,7 +781,7 @@ void Job::event_loop() {
 /// kill() on a group that is already gone fails with ESRCH, which is fine.
 void Job::kill_all_groups() {
   for (auto& r : ranks_) {
-    if (r.pid > 0) ::kill(-r.pid, SIGKILL);
+    if (r.pid > 0) signal_group(r, SIGKILL);
   }
 }
 
@@ -697,12 +824,121 @@ void Job::drain_after_exit() {
   }
 }
 
+void Job::start_mpirun() {
+  // mpirun's environment is rank 0's plus DDPLAB_BACKEND=mpi; each app context (`-np 1 env K=V
+  // ... PROGRAM`) sets what differs for its rank, so every rank gets the variables, the run id and
+  // the cores it would get from the launcher itself. mpirun's own binding is off: `taskset` places
+  // each rank on the cores of the launcher's plan.
+  auto common = rank_environment(resolved_, 0);
+  common["DDPLAB_BACKEND"] = "mpi";
+  const std::string path_var = path_of(resolved_);
+  const std::string env_program = resolve_program("env", path_var);
+  std::string taskset;
+  if (std::any_of(cpus_.begin(), cpus_.end(), [](const auto& c) { return !c.empty(); })) {
+    try {
+      taskset = resolve_program("taskset", path_var);
+    } catch (const ConfigError&) {
+      message("taskset (util-linux) is not on PATH: the ranks under mpirun are not bound to cores");
+    }
+  }
+  std::vector<std::string> args = {mpirun_path_, "--tag-output", "--oversubscribe", "--bind-to", "none"};
+  // Open MPI refuses to run as root without it; the grader and CI containers run as root.
+  if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  for (int i = 0; i < spec_.nproc; ++i) {
+    if (i > 0) args.push_back(":");
+    args.insert(args.end(), {"-np", "1", env_program});
+    auto env = rank_environment(resolved_, i);
+    const auto& cores = cpus_[static_cast<size_t>(i)];
+    if (!cores.empty()) env["DDPLAB_CPUS"] = cpu_list(cores);
+    for (const auto& [k, v] : env) {
+      const auto it = common.find(k);
+      if (it == common.end() || it->second != v) args.push_back(k + "=" + v);
+    }
+    if (!cores.empty() && !taskset.empty()) args.insert(args.end(), {taskset, "-c", cpu_list(cores)});
+    args.push_back(program_path_);
+    args.insert(args.end(), resolved_.command.begin() + 1, resolved_.command.end());
+  }
+  if (!spec_.log_dir.empty()) {
+    for (int i = 0; i < spec_.nproc; ++i) {
+      const std::string log = fmt::format("{}/rank{}.log", spec_.log_dir, spec_.node_rank * spec_.nproc + i);
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) throw ConfigError(fmt::format("launch: cannot open '{}': {}", log, std::strerror(errno)));
+      mpi_log_fds_.push_back(fd);
+    }
+  }
+  ranks_.resize(1);
+  ranks_[0].global = 0;
+  start_rank(ranks_[0], common, args, mpirun_path_, {});
+}
+
+/// mpirun has exited: the ranks' results from its status and its report of the first rank that
+/// failed ("Process name: [[4218,1],1]" / "Exit code: 3", or "process rank 1 with PID 77 on node
+/// x exited on signal 9").
+void Job::on_mpirun_exit(Rank& m) {
+  int failed = -1, failed_code = -1, failed_signal = 0;
+  for (const auto& l : mpirun_lines_) {
+    int a = 0, b = 0, c = 0;
+    if (const auto at = l.find("Process name:"); at != std::string::npos && failed < 0) {
+      if (std::sscanf(l.c_str() + at, "Process name: [[%d,%d],%d]", &a, &b, &c) == 3) failed = c;
+    } else if (const auto at2 = l.find("Exit code:"); at2 != std::string::npos && failed_code < 0) {
+      if (std::sscanf(l.c_str() + at2, "Exit code: %d", &a) == 1) failed_code = a;
+    } else if (const auto at3 = l.find("process rank "); at3 != std::string::npos && failed < 0) {
+      const auto sig = l.find("exited on signal ");
+      if (sig != std::string::npos && std::sscanf(l.c_str() + at3, "process rank %d", &a) == 1 &&
+          std::sscanf(l.c_str() + sig, "exited on signal %d", &b) == 1) {
+        failed = a;
+        failed_signal = b;
+        failed_code = 128 + b;
+      }
+    }
+  }
+  if (failed >= spec_.nproc) failed = -1;
+  const int code = m.result.exit_code;
+  result_.ranks.assign(static_cast<size_t>(spec_.nproc), RankResult{});
+  for (int i = 0; i < spec_.nproc; ++i) {
+    RankResult& rr = result_.ranks[static_cast<size_t>(i)];
+    rr.rank = spec_.node_rank * spec_.nproc + i;
+    rr.pid = m.pid;
+    rr.seconds = m.result.seconds;
+    rr.timed_out = m.result.timed_out;
+    rr.stopped = m.result.stopped;
+    if (code == 0) {
+      rr.exit_code = 0;
+    } else if (i == failed) {
+      rr.exit_code = failed_code >= 0 ? failed_code : code;
+      rr.signal = failed_signal;
+    } else {
+      rr.exit_code = code;
+      rr.stopped = true;
+    }
+  }
+  if (code == 0 || stopping_) return;  // success, or a timeout or interrupt that was said already
+  if (failed >= 0 && failed_signal == 0 && failed_code == kExitNotAttempted) {
+    not_attempted_rank_ = failed;
+    return;
+  }
+  result_.first_failed_rank = failed;
+  result_.exit_code = code;
+  if (failed >= 0) {
+    result_.summary = fmt::format("rank {} {}; mpirun stopped the other ranks", failed,
+                                  describe_exit(failed_code >= 0 ? failed_code : code, failed_signal));
+  } else {
+    std::string said;
+    for (const auto& l : mpirun_lines_) {
+      if (l.find_first_not_of("- ") != std::string::npos) said += (said.empty() ? "" : " ") + l;
+    }
+    result_.summary = fmt::format("mpirun (pid {}) {}{}", m.pid, describe_exit(code, m.result.signal),
+                                  said.empty() ? std::string() : ": " + said.substr(0, 2000));
+  }
+  message(result_.summary);
+}
+
 /// Runs on every way out of the job, exceptions included: no rank outlives launch().
 void Job::cleanup() {
   bool any = false;
   for (auto& r : ranks_) {
     if (r.running) {
-      ::kill(-r.pid, SIGKILL);
+      signal_group(r, SIGKILL);
       any = true;
     }
   }
@@ -721,6 +957,7 @@ void Job::cleanup() {
     close_fd(r.err.fd);
     close_fd(r.log_fd);
   }
+  for (int& fd : mpi_log_fds_) close_fd(fd);
   close_fd(wake_[0]);
   close_fd(wake_[1]);
   close_fd(devnull_);
@@ -754,15 +991,20 @@ LaunchResult Job::run() {
   std::optional<SignalForwarding> forwarding;
   if (spec_.forward_signals) forwarding.emplace(wake_[1]);
 
-  ranks_.resize(static_cast<size_t>(spec_.nproc));
   start_ = Clock::now();
-  for (int i = 0; i < spec_.nproc; ++i) {
-    Rank& r = ranks_[static_cast<size_t>(i)];
-    r.global = spec_.node_rank * spec_.nproc + i;
-    auto env = rank_environment(resolved_, i);
-    const auto& cores = cpus_[static_cast<size_t>(i)];
-    if (!cores.empty()) env["DDPLAB_CPUS"] = cpu_list(cores);
-    start_rank(r, env);
+  result_.backend = mpi_ ? "mpi" : "c10d";
+  if (mpi_) {
+    start_mpirun();
+  } else {
+    ranks_.resize(static_cast<size_t>(spec_.nproc));
+    for (int i = 0; i < spec_.nproc; ++i) {
+      Rank& r = ranks_[static_cast<size_t>(i)];
+      r.global = spec_.node_rank * spec_.nproc + i;
+      auto env = rank_environment(resolved_, i);
+      const auto& cores = cpus_[static_cast<size_t>(i)];
+      if (!cores.empty()) env["DDPLAB_CPUS"] = cpu_list(cores);
+      start_rank(r, env, resolved_.command, program_path_, cores);
+    }
   }
   if (spec_.verbose) {
     std::vector<std::string> placed;
@@ -770,8 +1012,10 @@ LaunchResult Job::run() {
       const auto& cores = cpus_[static_cast<size_t>(i)];
       placed.push_back(fmt::format("rank {} on core(s) {}", spec_.node_rank * spec_.nproc + i, cpu_list(cores)));
     }
-    message(fmt::format("started {} rank(s) of '{}' (world size {}), MASTER_ADDR={} MASTER_PORT={}; {}", spec_.nproc,
-                        program_path_, spec_.nproc * spec_.nnodes, resolved_.master_addr, resolved_.master_port,
+    message(fmt::format("started {} rank(s) of '{}' (world size {}){}, MASTER_ADDR={} MASTER_PORT={}; {}", spec_.nproc,
+                        program_path_, spec_.nproc * spec_.nnodes,
+                        mpi_ ? fmt::format(" through {} (--backend mpi)", mpirun_path_) : std::string(),
+                        resolved_.master_addr, resolved_.master_port,
                         cpus_.front().empty()
                             ? fmt::format("not bound to cores (--bind {})", cpu_bind_name(resolved_.bind))
                             : fmt::format("{}", fmt::join(placed, ", "))));
@@ -780,11 +1024,13 @@ LaunchResult Job::run() {
   kill_all_groups();
   drain_after_exit();
 
-  for (const auto& r : ranks_) result_.ranks.push_back(r.result);
+  if (!mpi_) {
+    for (const auto& r : ranks_) result_.ranks.push_back(r.result);
+  }
   if (result_.summary.empty() && not_attempted_rank_ >= 0) {
     result_.exit_code = kExitNotAttempted;
-    result_.summary = fmt::format("rank {} exited with status {} (exercises not attempted); the others finished",
-                                  not_attempted_rank_, kExitNotAttempted);
+    result_.summary = fmt::format("rank {} exited with status {} (exercises not attempted); {}", not_attempted_rank_,
+                                  kExitNotAttempted, mpi_ ? "mpirun stopped the others" : "the others finished");
     if (spec_.verbose) message(result_.summary);
   }
   if (result_.summary.empty()) {
@@ -896,6 +1142,43 @@ std::map<std::string, std::string> rank_environment(const LaunchSpec& spec, int 
   set("DDPLAB_LAUNCHER", "1");
   for (const auto& [k, v] : spec.extra_env) env[k] = v;
   return env;
+}
+
+LaunchBackend parse_launch_backend(const std::string& text, const std::string& flag) {
+  if (text == "c10d") return LaunchBackend::kC10d;
+  if (text == "mpi") return LaunchBackend::kMpi;
+  if (text == "auto") return LaunchBackend::kAuto;
+  throw ConfigError(fmt::format("{} {}: expected c10d, mpi or auto", flag, text));
+}
+
+const char* launch_backend_name(LaunchBackend backend) {
+  switch (backend) {
+    case LaunchBackend::kC10d: return "c10d";
+    case LaunchBackend::kMpi: return "mpi";
+    case LaunchBackend::kAuto: return "auto";
+  }
+  return "?";
+}
+
+std::string mpi_launch_problem(const LaunchSpec& spec) {
+#ifndef DDPLAB_HAVE_MPI
+  (void)spec;
+  return "this build of the kit has no Open MPI (CMake found no MPI; Debian: apt-get install libopenmpi-dev, then "
+         "build again)";
+#else
+  if (spec.nnodes > 1) {
+    return fmt::format(
+        "it starts the ranks of one machine ({} nodes asked): for several, run mpirun with a hostfile yourself "
+        "(docs/concepts/launching.md)",
+        spec.nnodes);
+  }
+  try {
+    (void)resolve_program("mpirun", path_of(spec));
+  } catch (const ConfigError&) {
+    return "mpirun is not on PATH (Debian: apt-get install openmpi-bin)";
+  }
+  return "";
+#endif
 }
 
 CpuBind parse_cpu_bind(const std::string& text, const std::string& flag) {

@@ -32,10 +32,11 @@ const char* kUsage =
     "  rlimits           print 'AS=<bytes|unlimited> DATA=<bytes|unlimited>' (its memory limits)\n"
     "  cpus              print 'CPUS=<the cores it may run on> ENV=<DDPLAB_CPUS or <unset>>'\n";
 
-const char* kEnvNames[] = {"RANK",         "WORLD_SIZE",          "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
-                           "GROUP_RANK",   "ROLE_RANK",           "ROLE_WORLD_SIZE", "MASTER_ADDR",
-                           "MASTER_PORT",  "TORCHELASTIC_RUN_ID", "DDPLAB_LAUNCHER", "OMPI_COMM_WORLD_RANK",
-                           "SLURM_PROCID", "SLURM_NTASKS",        "SLURM_LOCALID",   "DDPLAB_TEST_EXTRA"};
+const char* kEnvNames[] = {"RANK",           "WORLD_SIZE",          "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
+                           "GROUP_RANK",     "ROLE_RANK",           "ROLE_WORLD_SIZE", "MASTER_ADDR",
+                           "MASTER_PORT",    "TORCHELASTIC_RUN_ID", "DDPLAB_LAUNCHER", "OMPI_COMM_WORLD_RANK",
+                           "SLURM_PROCID",   "SLURM_NTASKS",        "SLURM_LOCALID",   "DDPLAB_TEST_EXTRA",
+                           "DDPLAB_BACKEND", "OMPI_COMM_WORLD_SIZE"};
 
 bool file_exists(const std::string& path) {
   struct stat st {};

@@ -24,8 +24,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "ddplab/config.h"
 #include "ddplab/error.h"
 #include "scratch_dir.h"
 
@@ -642,6 +644,150 @@ TEST_F(LaunchTest, BadSpecsAreConfigErrorsNamingTheProblem) {
   s = helper_job(1, {"exit:0"});
   s.timeout_s = -1;
   EXPECT_NE(config_error_of([&] { launch(s); }).find("timeout"), std::string::npos);
+}
+
+// --backend mpi: Open MPI's mpirun starts the ranks (one app context each), and the launcher keeps
+// its contract: the kit's variables per rank, lines routed to their rank, the first failure named
+// with its status, a timeout that leaves nothing running.
+#ifdef DDPLAB_HAVE_MPI
+TEST_F(LaunchTest, ThroughMpirunEachRankGetsTheKitsVariablesAndOpenMpisAndItsOwnLines) {
+  ASSERT_EQ(mpi_launch_problem(helper_job(2, {})), "") << "this build has Open MPI: mpirun must be on PATH";
+  LaunchSpec spec = helper_job(3, {"env", "@1:eprint:one on stderr", "cpus"});
+  spec.backend = LaunchBackend::kMpi;
+  spec.extra_env["DDPLAB_TEST_EXTRA"] = "yes";
+  spec.log_dir = path("logs");
+  Captured cap;
+  cap.attach(spec);
+  const LaunchResult result = launch(spec);
+  ASSERT_EQ(result.exit_code, 0) << result.summary << cap.all_messages();
+  EXPECT_EQ(result.backend, "mpi");
+  ASSERT_EQ(result.ranks.size(), 3u);
+  const std::string run_id = cap.env(0, "TORCHELASTIC_RUN_ID");
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_EQ(result.ranks[static_cast<size_t>(r)].rank, r);
+    EXPECT_EQ(result.ranks[static_cast<size_t>(r)].exit_code, 0);
+    EXPECT_EQ(cap.env(r, "RANK"), std::to_string(r));
+    EXPECT_EQ(cap.env(r, "LOCAL_RANK"), std::to_string(r));
+    EXPECT_EQ(cap.env(r, "ROLE_RANK"), std::to_string(r));
+    EXPECT_EQ(cap.env(r, "WORLD_SIZE"), "3");
+    EXPECT_EQ(cap.env(r, "OMPI_COMM_WORLD_RANK"), std::to_string(r)) << "the kit's rank is Open MPI's";
+    EXPECT_EQ(cap.env(r, "OMPI_COMM_WORLD_SIZE"), "3");
+    EXPECT_EQ(cap.env(r, "DDPLAB_BACKEND"), "mpi");
+    EXPECT_EQ(cap.env(r, "MASTER_PORT"), std::to_string(result.master_port));
+    EXPECT_EQ(cap.env(r, "TORCHELASTIC_RUN_ID"), run_id);
+    EXPECT_EQ(cap.env(r, "DDPLAB_TEST_EXTRA"), "yes");
+    const std::string log = read_file(path(fmt::format("logs/rank{}.log", r)));
+    EXPECT_NE(log.find("RANK=" + std::to_string(r) + "\n"), std::string::npos) << log;
+  }
+  EXPECT_EQ(cap.err[1], std::vector<std::string>{"one on stderr"});
+  EXPECT_TRUE(cap.err[0].empty() && cap.err[2].empty());
+}
+
+TEST_F(LaunchTest, ThroughMpirunBoundRanksGetTheLaunchersCores) {
+  const auto allowed = allowed_cpus();
+  if (allowed.size() < 2) GTEST_FAIL() << "needs 2 cores to bind 2 ranks; this process may use " << allowed.size();
+  LaunchSpec spec = helper_job(2, {"cpus"});
+  spec.backend = LaunchBackend::kMpi;
+  spec.bind = CpuBind::kCores;
+  Captured cap;
+  cap.attach(spec);
+  ASSERT_EQ(launch(spec).exit_code, 0);
+  const auto plan = plan_cpu_binding(CpuBind::kCores, 2, allowed);
+  for (int r = 0; r < 2; ++r) {
+    const auto& mine = plan[static_cast<size_t>(r)];
+    ASSERT_EQ(cap.out[r].size(), 1u);
+    // The helper prints its affinity as a comma list, then DDPLAB_CPUS as the launcher wrote it.
+    EXPECT_EQ(cap.out[r][0], fmt::format("CPUS={} ENV={}", fmt::join(mine, ","), cpu_list(mine)));
+  }
+}
+
+TEST_F(LaunchTest, ThroughMpirunTheFirstFailingRankIsNamedWithItsStatus) {
+  LaunchSpec spec = helper_job(2, {"@0:sleep:60", "@1:exit:5"});
+  spec.backend = LaunchBackend::kMpi;
+  Captured cap;
+  cap.attach(spec);
+  const auto t0 = Clock::now();
+  const LaunchResult result = launch(spec);
+  EXPECT_LT(seconds_since(t0), 30.0) << "rank 0 was not stopped";
+  EXPECT_EQ(result.exit_code, 5);
+  EXPECT_EQ(result.first_failed_rank, 1);
+  EXPECT_EQ(result.ranks[1].exit_code, 5);
+  EXPECT_TRUE(result.ranks[0].stopped);
+  EXPECT_NE(result.summary.find("rank 1 exited with status 5; mpirun stopped the other ranks"), std::string::npos)
+      << result.summary;
+
+  LaunchSpec crash = helper_job(2, {"@0:sleep:60", "@1:signal:SEGV"});
+  crash.backend = LaunchBackend::kMpi;
+  Captured cap2;
+  cap2.attach(crash);
+  const LaunchResult crashed = launch(crash);
+  EXPECT_EQ(crashed.first_failed_rank, 1);
+  EXPECT_EQ(crashed.ranks[1].signal, SIGSEGV);
+  EXPECT_NE(crashed.summary.find("rank 1 was killed by signal 11 (SIGSEGV)"), std::string::npos) << crashed.summary;
+}
+
+TEST_F(LaunchTest, ThroughMpirunATimeoutLeavesNothingRunning) {
+  const std::string pid_file = path("grandchild.pid");
+  LaunchSpec spec = helper_job(2, {"@1:grandchild:" + pid_file, "ignore-term", "sleep:60"});
+  spec.backend = LaunchBackend::kMpi;
+  spec.timeout_s = 2;
+  spec.grace_s = 1;
+  Captured cap;
+  cap.attach(spec);
+  const auto t0 = Clock::now();
+  const LaunchResult result = launch(spec);
+  EXPECT_LT(seconds_since(t0), 30.0);
+  EXPECT_EQ(result.exit_code, 124);
+  EXPECT_TRUE(result.timed_out);
+  EXPECT_NE(result.summary.find("all 2 under mpirun"), std::string::npos) << result.summary;
+  const pid_t grandchild = std::stoi(read_file(pid_file));
+  EXPECT_TRUE(eventually_gone(grandchild)) << "rank 1's child " << grandchild << " survived the job";
+}
+
+TEST_F(LaunchTest, AutoTakesMpirunForSeveralRanksOfOneNodeOnly) {
+  LaunchSpec two = helper_job(2, {"env"});
+  two.backend = LaunchBackend::kAuto;
+  Captured cap;
+  cap.attach(two);
+  const LaunchResult r2 = launch(two);
+  ASSERT_EQ(r2.exit_code, 0) << r2.summary;
+  EXPECT_EQ(r2.backend, "mpi");
+  EXPECT_EQ(cap.env(1, "DDPLAB_BACKEND"), "mpi");
+
+  LaunchSpec one = helper_job(1, {"env"});
+  one.backend = LaunchBackend::kAuto;
+  Captured cap1;
+  cap1.attach(one);
+  const LaunchResult r1 = launch(one);
+  EXPECT_EQ(r1.backend, "c10d") << "one rank has no collectives to speed up: no mpirun to start";
+  EXPECT_EQ(cap1.env(0, "DDPLAB_BACKEND"), "<unset>");
+}
+#endif
+
+TEST_F(LaunchTest, MpiBackendRefusesWhatItCannotStartNamingWhy) {
+  LaunchSpec nodes = helper_job(2, {"env"});
+  nodes.backend = LaunchBackend::kMpi;
+  nodes.nnodes = 2;
+  nodes.master_port = 29555;
+  try {
+    (void)launch(nodes);
+    ADD_FAILURE() << "a 2-node job through mpirun was started";
+  } catch (const ConfigError& e) {
+#ifdef DDPLAB_HAVE_MPI
+    EXPECT_NE(std::string(e.what()).find("it starts the ranks of one machine (2 nodes asked)"), std::string::npos)
+        << e.what();
+#else
+    EXPECT_NE(std::string(e.what()).find("this build of the kit has no Open MPI"), std::string::npos) << e.what();
+#endif
+  }
+  LaunchSpec no_path = helper_job(2, {"env"});
+  no_path.backend = LaunchBackend::kMpi;
+  no_path.extra_env["PATH"] = path("empty");
+  EXPECT_NE(mpi_launch_problem(no_path), "");
+  EXPECT_THROW((void)launch(no_path), ConfigError);
+  EXPECT_EQ(parse_launch_backend("auto"), LaunchBackend::kAuto);
+  EXPECT_THROW((void)parse_launch_backend("gloo", "--backend"), ConfigError);
 }
 
 TEST(LaunchSignalName, NamesCommonSignals) {

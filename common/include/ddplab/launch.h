@@ -25,6 +25,19 @@ enum class CpuBind { kAuto, kCores, kNone };
 CpuBind parse_cpu_bind(const std::string& text, const std::string& flag = "--bind");
 const char* cpu_bind_name(CpuBind bind);
 
+/// How the ranks are started, and so which transport their collectives take (`ddplab launch
+/// --backend`). kC10d: the launcher starts each rank itself with torchrun's variables, and the
+/// program's collectives go over c10d (Gloo for CPU tensors, NCCL for CUDA ones). kMpi: Open MPI's
+/// mpirun starts them, one app context per rank so that each still gets the kit's variables (RANK,
+/// MASTER_ADDR, ..., DDPLAB_CPUS) and cores, with DDPLAB_BACKEND=mpi: the collectives go through
+/// Open MPI's shared memory (3-17 us for a small all-reduce on the 2-core VM, where Gloo took
+/// ~150 us; docs/concepts/gradient-sync.md). kAuto: kMpi where it can start the job
+/// (mpi_launch_problem is empty) and the job has two or more ranks, else kC10d.
+enum class LaunchBackend { kC10d, kMpi, kAuto };
+/// "c10d", "mpi" or "auto"; throws ConfigError naming `flag` otherwise.
+LaunchBackend parse_launch_backend(const std::string& text, const std::string& flag = "--backend");
+const char* launch_backend_name(LaunchBackend backend);
+
 /// The cores of each local rank under `bind`: rank i gets the i-th of `nproc` equal, consecutive
 /// blocks of `allowed` (the launcher's own affinity, in order), the leftover cores unused. An
 /// empty list for every rank means no binding (kNone; kAuto with one rank or more ranks than
@@ -53,6 +66,8 @@ struct LaunchSpec {
   /// Cores per rank (plan_cpu_binding over this launcher's affinity). A bound rank's environment
   /// has DDPLAB_CPUS, its core list ("1", "2-3").
   CpuBind bind = CpuBind::kAuto;
+  /// Who starts the ranks and what their collectives go over (see LaunchBackend).
+  LaunchBackend backend = LaunchBackend::kC10d;
   /// Resource limits set in each rank before exec (0 = inherit): address space (RLIMIT_AS, so a
   /// memory blow-up fails in that rank instead of taking the machine down) and file size
   /// (RLIMIT_FSIZE). The grader sets both; core dumps are off whenever either is set.
@@ -94,6 +109,10 @@ struct LaunchResult {
   int interrupted_by = 0;  ///< the signal (SIGINT, SIGTERM, SIGHUP) that stopped the job, 0 if none
   int master_port = 0;     ///< the port the job used (the free one picked for master_port 0)
   std::string summary;     ///< one line saying how the job ended
+  /// How the ranks were started: "c10d" (by the launcher) or "mpi" (through mpirun; kAuto
+  /// resolved). Under mpirun a rank's own exit is known only for the first that failed (mpirun's
+  /// report); the others are marked stopped with the job's status.
+  std::string backend;
 };
 
 /// Runs the job and returns when every rank has exited. The processes (and what they started in
@@ -110,6 +129,11 @@ int find_free_port(const std::string& addr = "127.0.0.1");
 /// an outer launcher (OMPI_COMM_WORLD_*, SLURM_PROCID/NTASKS/LOCALID), plus torchrun's and
 /// DDPLAB_LAUNCHER=1, plus spec.extra_env. spec.master_port must already be resolved (non-zero).
 std::map<std::string, std::string> rank_environment(const LaunchSpec& spec, int local_rank);
+
+/// Why `spec` cannot be started through mpirun on this machine, "" if it can: this build has no
+/// Open MPI, mpirun is not on PATH, or the job spans several nodes (mpirun then needs a hostfile:
+/// run it directly).
+std::string mpi_launch_problem(const LaunchSpec& spec);
 
 /// "SIGSEGV" for SIGSEGV, "signal 42" for one without a well-known name.
 std::string signal_name(int sig);

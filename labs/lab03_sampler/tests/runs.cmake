@@ -14,7 +14,17 @@ if(LAB_TREE STREQUAL "solutions")
                    EQ status=ok world_size=${n} phases.steps=8 sampler.num_samples=${each} sampler.epochs.0.covered=ON
                       verdicts.params_identical.ok=ON)
   endforeach()
-  ddplab_lab_parity(match_single SINGLE single_1024 RANKS ranks_2 ranks_4 TOL 1e-4)
+  set(parity_runs ranks_2 ranks_4)
+  if(DDPLAB_HAVE_MPI)
+    # The same job with its ranks started by mpirun and talking over Open MPI's shared memory
+    # (`ddplab launch --backend mpi`): the same steps as one process.
+    ddplab_lab_run(ranks_2_mpi RANKS 2 LAUNCHER $<TARGET_FILE:ddplab_front>;launch;-n;2;--backend;mpi;--
+                   ARGS ${args} --train-samples 8192 --batch 512 REPORT 1
+                   EXPECT "every sample exactly once across 2 rank" "parameters at the end: identical on all 2"
+                   EQ status=ok world_size=2 backend=mpi verdicts.params_identical.ok=ON)
+    list(APPEND parity_runs ranks_2_mpi)
+  endif()
+  ddplab_lab_parity(match_single SINGLE single_1024 RANKS ${parity_runs} TOL 1e-4)
 
   # An odd training set: padding gives both ranks 2,501 samples (one sample seen twice), and the
   # ranks' sample digests still add up to every sample once plus the padded one.
