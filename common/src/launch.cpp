@@ -122,6 +122,10 @@ std::string path_of(const LaunchSpec& s) {
   return it != s.extra_env.end() ? it->second : env != nullptr ? std::string(env) : "/usr/local/bin:/usr/bin:/bin";
 }
 
+/// The last line a rank's shell writes to its stderr under mpirun: "ddplab-rank-exit <status>",
+/// the rank's exit status as a shell reports it (128 + N for a death by signal N).
+constexpr const char* kMpiExitLine = "ddplab-rank-exit ";
+
 /// One line of `mpirun --tag-output`: "[1,3]<stderr>:text" is rank 3's stderr line "text".
 struct TaggedLine {
   int rank = -1;  ///< -1: mpirun's own line
@@ -287,6 +291,11 @@ class Job {
   /// --backend mpi: mpirun's command line and environment (one app context per rank).
   void start_mpirun();
   void on_mpirun_exit(Rank& r);
+  /// A rank under mpirun reported its exit (the line its shell prints: kMpiExitLine).
+  void on_mpi_rank_exit(int local, const std::string& status);
+  /// The launcher's verdict on one rank's exit: not attempted, the job's first failure (which
+  /// stops the others), or neither.
+  void judge_exit(const RankResult& res, bool others_running);
   /// Signals the process group of `r`; under mpirun a SIGKILL also reaches the ranks' own groups.
   void signal_group(const Rank& r, int sig);
   void event_loop();
@@ -321,7 +330,9 @@ class Job {
   // --backend mpi: ranks_ holds one process, mpirun; its tagged lines are the ranks'.
   bool mpi_ = false;
   std::string mpirun_path_;
-  std::vector<int> mpi_log_fds_;           // per local rank
+  std::vector<int> mpi_log_fds_;         // per local rank
+  std::vector<RankResult> mpi_results_;  // per local rank, filled as their exit lines arrive
+  std::vector<bool> mpi_exited_;
   std::vector<std::string> mpirun_lines_;  // mpirun's own lines (its report of a failed rank)
 };
 
@@ -536,6 +547,10 @@ void Job::emit(Rank& r, bool is_stderr, const std::string& line) {
       if (spec_.verbose) message("mpirun: " + line);
       return;
     }
+    if (t.is_stderr && t.text.rfind(kMpiExitLine, 0) == 0) {
+      on_mpi_rank_exit(t.rank, t.text.substr(std::strlen(kMpiExitLine)));
+      return;
+    }
     const int log_fd = mpi_log_fds_.empty() ? -1 : mpi_log_fds_[static_cast<size_t>(t.rank)];
     if (log_fd >= 0) {
       const std::string copy = t.text + '\n';
@@ -648,22 +663,25 @@ void Job::on_rank_exit(Rank& r, int status) {
     on_mpirun_exit(r);
     return;
   }
-  const std::string how = describe_exit(r.result.exit_code, r.result.signal);
+  judge_exit(r.result, !running_ranks().empty());
+}
+
+void Job::judge_exit(const RankResult& res, bool others_running) {
+  const std::string how = describe_exit(res.exit_code, res.signal);
   // Exit status 3 is the kit's "exercise not attempted" (error.h): a skeleton that ran to its end.
   // It is not a failure to stop the job for — the other ranks finish and write their reports.
-  const bool not_attempted = r.result.exit_code == kExitNotAttempted;
-  if (not_attempted && not_attempted_rank_ < 0) not_attempted_rank_ = r.global;
-  const bool failed = r.result.exit_code != 0 && !not_attempted;
+  const bool not_attempted = res.exit_code == kExitNotAttempted;
+  if (not_attempted && not_attempted_rank_ < 0) not_attempted_rank_ = res.rank;
+  const bool failed = res.exit_code != 0 && !not_attempted;
   if (failed && !stopping_ && result_.first_failed_rank < 0) {
-    result_.first_failed_rank = r.global;
-    result_.exit_code = r.result.exit_code;
-    const bool others = !running_ranks().empty();
-    result_.summary =
-        fmt::format("rank {} (pid {}) {}{}", r.global, r.pid, how, others ? "; stopping the other ranks" : "");
+    result_.first_failed_rank = res.rank;
+    result_.exit_code = res.exit_code;
+    result_.summary = fmt::format("rank {} (pid {}) {}{}", res.rank, res.pid, how,
+                                  others_running ? "; stopping the other ranks" : "");
     message(result_.summary);
-    if (others) begin_stop(SIGTERM);
+    if (others_running) begin_stop(SIGTERM);
   } else if (spec_.verbose) {
-    message(fmt::format("rank {} (pid {}) {} after {:.1f} s", r.global, r.pid, how, r.result.seconds));
+    message(fmt::format("rank {} (pid {}) {} after {:.1f} s", res.rank, res.pid, how, res.seconds));
   }
 }
 
@@ -826,13 +844,18 @@ void Job::drain_after_exit() {
 
 void Job::start_mpirun() {
   // mpirun's environment is rank 0's plus DDPLAB_BACKEND=mpi; each app context (`-np 1 env K=V
-  // ... PROGRAM`) sets what differs for its rank, so every rank gets the variables, the run id and
-  // the cores it would get from the launcher itself. mpirun's own binding is off: `taskset` places
-  // each rank on the cores of the launcher's plan.
+  // ... sh -c ... PROGRAM ARGS`) sets what differs for its rank, so every rank gets the variables,
+  // the run id and the cores it would get from the launcher itself. mpirun's own binding is off:
+  // `taskset` places each rank on the cores of the launcher's plan. The shell between reports the
+  // rank's exit status on its stderr (kMpiExitLine), and mpirun does not abort the job when a
+  // rank exits non-zero: the launcher judges each exit itself, as it does for ranks it started —
+  // a rank "not attempted" (status 3) lets the others finish, a failure stops them (SIGTERM to
+  // mpirun, which passes it on).
   auto common = rank_environment(resolved_, 0);
   common["DDPLAB_BACKEND"] = "mpi";
   const std::string path_var = path_of(resolved_);
   const std::string env_program = resolve_program("env", path_var);
+  const std::string shell = resolve_program("sh", path_var);
   std::string taskset;
   if (std::any_of(cpus_.begin(), cpus_.end(), [](const auto& c) { return !c.empty(); })) {
     try {
@@ -841,9 +864,12 @@ void Job::start_mpirun() {
       message("taskset (util-linux) is not on PATH: the ranks under mpirun are not bound to cores");
     }
   }
-  std::vector<std::string> args = {mpirun_path_, "--tag-output", "--oversubscribe", "--bind-to", "none"};
+  std::vector<std::string> args =
+      {mpirun_path_, "--tag-output", "--oversubscribe", "--bind-to", "none", "--mca", "orte_abort_on_non_zero_status",
+       "0"};
   // Open MPI refuses to run as root without it; the grader and CI containers run as root.
   if (::geteuid() == 0) args.push_back("--allow-run-as-root");
+  const std::string script = fmt::format("\"$@\"; s=$?; echo \"{}$s\" >&2; exit $s", kMpiExitLine);
   for (int i = 0; i < spec_.nproc; ++i) {
     if (i > 0) args.push_back(":");
     args.insert(args.end(), {"-np", "1", env_program});
@@ -855,7 +881,7 @@ void Job::start_mpirun() {
       if (it == common.end() || it->second != v) args.push_back(k + "=" + v);
     }
     if (!cores.empty() && !taskset.empty()) args.insert(args.end(), {taskset, "-c", cpu_list(cores)});
-    args.push_back(program_path_);
+    args.insert(args.end(), {shell, "-c", script, "ddplab-rank", program_path_});
     args.insert(args.end(), resolved_.command.begin() + 1, resolved_.command.end());
   }
   if (!spec_.log_dir.empty()) {
@@ -866,14 +892,42 @@ void Job::start_mpirun() {
       mpi_log_fds_.push_back(fd);
     }
   }
+  mpi_results_.assign(static_cast<size_t>(spec_.nproc), RankResult{});
+  mpi_exited_.assign(static_cast<size_t>(spec_.nproc), false);
   ranks_.resize(1);
   ranks_[0].global = 0;
   start_rank(ranks_[0], common, args, mpirun_path_, {});
+  for (int i = 0; i < spec_.nproc; ++i) {
+    RankResult& rr = mpi_results_[static_cast<size_t>(i)];
+    rr.rank = spec_.node_rank * spec_.nproc + i;
+    rr.pid = ranks_[0].pid;  // the ranks' own pids are mpirun's business
+  }
 }
 
-/// mpirun has exited: the ranks' results from its status and its report of the first rank that
-/// failed ("Process name: [[4218,1],1]" / "Exit code: 3", or "process rank 1 with PID 77 on node
-/// x exited on signal 9").
+void Job::on_mpi_rank_exit(int local, const std::string& status) {
+  if (mpi_exited_[static_cast<size_t>(local)]) return;
+  RankResult& rr = mpi_results_[static_cast<size_t>(local)];
+  int code = -1;
+  try {
+    code = std::stoi(status);
+  } catch (const std::exception&) {
+    return;  // not the shell's line after all: a program that printed the marker itself
+  }
+  mpi_exited_[static_cast<size_t>(local)] = true;
+  rr.seconds = seconds_between(start_, Clock::now());
+  rr.exit_code = code;
+  // A shell reports a death by signal N as 128 + N.
+  rr.signal = code > 128 && code < 128 + 65 ? code - 128 : 0;
+  rr.stopped = stopping_;
+  rr.timed_out = result_.timed_out;
+  const bool others = std::find(mpi_exited_.begin(), mpi_exited_.end(), false) != mpi_exited_.end();
+  judge_exit(rr, others);
+}
+
+/// mpirun has exited. Ranks that reported no exit line were stopped (or mpirun could not start
+/// them): their status is read from mpirun's report of the first rank that failed where it gave
+/// one ("Process name: [[4218,1],1]" / "Exit code: 3", or "process rank 1 with PID 77 on node x
+/// exited on signal 9"), else it is mpirun's own.
 void Job::on_mpirun_exit(Rank& m) {
   int failed = -1, failed_code = -1, failed_signal = 0;
   for (const auto& l : mpirun_lines_) {
@@ -893,43 +947,33 @@ void Job::on_mpirun_exit(Rank& m) {
     }
   }
   if (failed >= spec_.nproc) failed = -1;
-  const int code = m.result.exit_code;
-  result_.ranks.assign(static_cast<size_t>(spec_.nproc), RankResult{});
+  bool any_unreported = false;
   for (int i = 0; i < spec_.nproc; ++i) {
-    RankResult& rr = result_.ranks[static_cast<size_t>(i)];
-    rr.rank = spec_.node_rank * spec_.nproc + i;
-    rr.pid = m.pid;
+    if (mpi_exited_[static_cast<size_t>(i)]) continue;
+    any_unreported = true;
+    RankResult& rr = mpi_results_[static_cast<size_t>(i)];
     rr.seconds = m.result.seconds;
     rr.timed_out = m.result.timed_out;
-    rr.stopped = m.result.stopped;
-    if (code == 0) {
-      rr.exit_code = 0;
-    } else if (i == failed) {
-      rr.exit_code = failed_code >= 0 ? failed_code : code;
+    if (i == failed && !stopping_) {
+      rr.exit_code = failed_code >= 0 ? failed_code : m.result.exit_code;
       rr.signal = failed_signal;
+      judge_exit(rr, false);
     } else {
-      rr.exit_code = code;
       rr.stopped = true;
+      rr.exit_code = stopping_ ? 128 + SIGTERM : m.result.exit_code;
+      rr.signal = stopping_ ? SIGTERM : 0;
     }
   }
-  if (code == 0 || stopping_) return;  // success, or a timeout or interrupt that was said already
-  if (failed >= 0 && failed_signal == 0 && failed_code == kExitNotAttempted) {
-    not_attempted_rank_ = failed;
-    return;
+  result_.ranks = mpi_results_;
+  if (m.result.exit_code == 0 || stopping_ || result_.first_failed_rank >= 0 || !any_unreported) return;
+  // mpirun failed before or beside the ranks (it could not start them, a rank vanished): its words.
+  std::string said;
+  for (const auto& l : mpirun_lines_) {
+    if (l.find_first_not_of("- ") != std::string::npos) said += (said.empty() ? "" : " ") + l;
   }
-  result_.first_failed_rank = failed;
-  result_.exit_code = code;
-  if (failed >= 0) {
-    result_.summary = fmt::format("rank {} {}; mpirun stopped the other ranks", failed,
-                                  describe_exit(failed_code >= 0 ? failed_code : code, failed_signal));
-  } else {
-    std::string said;
-    for (const auto& l : mpirun_lines_) {
-      if (l.find_first_not_of("- ") != std::string::npos) said += (said.empty() ? "" : " ") + l;
-    }
-    result_.summary = fmt::format("mpirun (pid {}) {}{}", m.pid, describe_exit(code, m.result.signal),
-                                  said.empty() ? std::string() : ": " + said.substr(0, 2000));
-  }
+  result_.exit_code = m.result.exit_code;
+  result_.summary = fmt::format("mpirun (pid {}) {}{}", m.pid, describe_exit(m.result.exit_code, m.result.signal),
+                                said.empty() ? std::string() : ": " + said.substr(0, 2000));
   message(result_.summary);
 }
 
@@ -1029,8 +1073,8 @@ LaunchResult Job::run() {
   }
   if (result_.summary.empty() && not_attempted_rank_ >= 0) {
     result_.exit_code = kExitNotAttempted;
-    result_.summary = fmt::format("rank {} exited with status {} (exercises not attempted); {}", not_attempted_rank_,
-                                  kExitNotAttempted, mpi_ ? "mpirun stopped the others" : "the others finished");
+    result_.summary = fmt::format("rank {} exited with status {} (exercises not attempted); the others finished",
+                                  not_attempted_rank_, kExitNotAttempted);
     if (spec_.verbose) message(result_.summary);
   }
   if (result_.summary.empty()) {

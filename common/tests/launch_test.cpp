@@ -714,8 +714,9 @@ TEST_F(LaunchTest, ThroughMpirunTheFirstFailingRankIsNamedWithItsStatus) {
   EXPECT_EQ(result.first_failed_rank, 1);
   EXPECT_EQ(result.ranks[1].exit_code, 5);
   EXPECT_TRUE(result.ranks[0].stopped);
-  EXPECT_NE(result.summary.find("rank 1 exited with status 5; mpirun stopped the other ranks"), std::string::npos)
-      << result.summary;
+  EXPECT_EQ(result.ranks[0].signal, SIGTERM);
+  EXPECT_NE(result.summary.find("rank 1 (pid "), std::string::npos) << result.summary;
+  EXPECT_NE(result.summary.find("exited with status 5; stopping the other ranks"), std::string::npos) << result.summary;
 
   LaunchSpec crash = helper_job(2, {"@0:sleep:60", "@1:signal:SEGV"});
   crash.backend = LaunchBackend::kMpi;
@@ -724,7 +725,23 @@ TEST_F(LaunchTest, ThroughMpirunTheFirstFailingRankIsNamedWithItsStatus) {
   const LaunchResult crashed = launch(crash);
   EXPECT_EQ(crashed.first_failed_rank, 1);
   EXPECT_EQ(crashed.ranks[1].signal, SIGSEGV);
-  EXPECT_NE(crashed.summary.find("rank 1 was killed by signal 11 (SIGSEGV)"), std::string::npos) << crashed.summary;
+  EXPECT_NE(crashed.summary.find("was killed by signal 11 (SIGSEGV)"), std::string::npos) << crashed.summary;
+}
+
+TEST_F(LaunchTest, ThroughMpirunNotAttemptedIsNoFailureTheOtherRanksFinish) {
+  const std::string done = path("rank1.done");
+  LaunchSpec spec = helper_job(2, {"@0:exit:3", "@1:sleep:1", "@1:touch:" + done});
+  spec.backend = LaunchBackend::kMpi;
+  Captured cap;
+  cap.attach(spec);
+  const LaunchResult result = launch(spec);
+  EXPECT_EQ(result.exit_code, kExitNotAttempted) << result.summary;
+  EXPECT_EQ(result.first_failed_rank, -1);
+  EXPECT_EQ(result.ranks[0].exit_code, kExitNotAttempted);
+  EXPECT_EQ(result.ranks[1].exit_code, 0);
+  EXPECT_FALSE(result.ranks[1].stopped);
+  EXPECT_TRUE(fs::exists(done)) << "rank 1 was stopped instead of finishing";
+  EXPECT_NE(result.summary.find("the others finished"), std::string::npos) << result.summary;
 }
 
 TEST_F(LaunchTest, ThroughMpirunATimeoutLeavesNothingRunning) {

@@ -110,8 +110,8 @@ struct LaunchResult {
   int master_port = 0;     ///< the port the job used (the free one picked for master_port 0)
   std::string summary;     ///< one line saying how the job ended
   /// How the ranks were started: "c10d" (by the launcher) or "mpi" (through mpirun; kAuto
-  /// resolved). Under mpirun a rank's own exit is known only for the first that failed (mpirun's
-  /// report); the others are marked stopped with the job's status.
+  /// resolved). Under mpirun each rank's status comes from the shell around it, and every rank's
+  /// pid is mpirun's (whose process group the launcher signals).
   std::string backend;
 };
 
