@@ -8,7 +8,8 @@
 #                [REJECT <regex...>] [REPORT rank] [EQ <path=value...>] [GT <path=value...>]
 #                [REQUIRES <fixtures...>] [LABELS <labels...>] [TIMEOUT s] [NO_REPORT])
 # Test ${LAB_TARGET}.<name>: runs the lab with --data (the tiny set) and --report filled in, on
-# RANKS ranks through `ddplab launch` (or the given LAUNCHER command, which must start 2 or more
+# RANKS ranks through `ddplab launch` (with `--backend ${LAB_LAUNCH_BACKEND}` when the lab's runs.cmake
+# sets it; or the given LAUNCHER command, which must start 2 or more
 # ranks itself), and checks the exit status (RC, default 0), the output (EXPECT/REJECT) and fields
 # of rank REPORT's report (default: the last rank; NO_REPORT: a run that must write none). It sets up the fixture ${LAB_TARGET}_<name>
 # for tests that read its reports (ddplab_lab_parity).
@@ -30,7 +31,13 @@ function(ddplab_lab_run name)
     set(cmd ${R_LAUNCHER};${cmd})
     list(APPEND labels launch)
   elseif(R_RANKS GREATER 1)
-    set(cmd $<TARGET_FILE:ddplab_front>;launch;-n;${R_RANKS};--;${cmd})
+    # The launcher's default transport (`--backend auto`: Open MPI where the kit has it), unless
+    # the lab's runs.cmake pins one (LAB_LAUNCH_BACKEND, as its grade.toml's [lab] backend does).
+    set(pin)
+    if(LAB_LAUNCH_BACKEND)
+      set(pin --backend;${LAB_LAUNCH_BACKEND})
+    endif()
+    set(cmd $<TARGET_FILE:ddplab_front>;launch;-n;${R_RANKS};${pin};--;${cmd})
     list(APPEND labels launch)
   endif()
   list(REMOVE_DUPLICATES labels)

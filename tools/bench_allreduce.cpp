@@ -137,7 +137,10 @@ void setup_bench_allreduce(CLI::App& bench) {
   sub->add_option("--warmup", o->warmup, "Untimed calls per size")->capture_default_str();
   sub->add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL)")->capture_default_str();
   sub->add_option("--comm-timeout", o->timeout, "Seconds before a collective fails")->capture_default_str();
-  sub->add_option("--backend", o->backend, "auto (gloo on CPU, nccl on CUDA), gloo, nccl, or mpi (under mpirun)")
+  sub->add_option("--backend", o->backend,
+                  "auto (gloo on CPU, nccl on CUDA), gloo, nccl, or mpi (under mpirun; `ddplab launch` sets "
+                  "DDPLAB_BACKEND=mpi when it starts the ranks through mpirun)")
+      ->envname("DDPLAB_BACKEND")
       ->check(CLI::IsMember({"auto", "gloo", "mpi", "nccl"}))
       ->capture_default_str();
   sub->add_option("--json", o->json, "Rank 0 also writes the rows to this JSON file (read by ddplab forecast)");

@@ -125,6 +125,7 @@ Result run_pytorch(const BenchPytorchOptions& o, int n) {
 }
 
 int run_bench_pytorch(BenchPytorchOptions o) {
+  o.backend = bench_backend(o.backend, 2);  // auto: Open MPI where the kit can start ranks through mpirun
   if (o.data.empty()) {
     const char* env = std::getenv("DDPLAB_DATA");
     o.data = env != nullptr ? env : "data/ctr-small";
@@ -240,7 +241,9 @@ void setup_bench_pytorch(CLI::App& bench) {
   sub->add_option("--trainer", o->trainer,
                   "The kit's trainer (default: ddp_train beside this program; another build's ddp_train "
                   "puts a before/after side by side)");
-  sub->add_option("--backend", o->backend, "The kit's transport: auto (gloo) or mpi (through mpirun)")
+  sub->add_option("--backend", o->backend,
+                  "The kit's transport: auto (mpi where the kit can start ranks through mpirun, as ddplab launch "
+                  "--backend auto; else gloo), gloo (the kit's launcher), mpi")
       ->check(CLI::IsMember({"auto", "gloo", "mpi"}))
       ->capture_default_str();
   sub->add_option("--sync", o->sync,

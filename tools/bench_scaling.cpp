@@ -131,7 +131,7 @@ struct ScalingOptions {
   std::string json;
   std::string html;
   bool keep = false;
-  std::string backend = "auto";  ///< gloo (the kit's launcher) or mpi (the workers started by mpirun)
+  std::string backend = "auto";  ///< auto, gloo (the kit's launcher) or mpi (the workers started by mpirun)
   std::string adam = "fused";    ///< the ranks' Adam: fused (the kit's, as ddp_train) or torch
 };
 
@@ -238,6 +238,7 @@ int run_scaling(ScalingOptions o) {
   if (o.steps < 5) throw ConfigError(fmt::format("--steps {}: need at least 5 timed steps", o.steps));
   dist::parse_sync_strategy(o.sync);  // a bad --sync fails before anything starts
   const fs::path scratch = fs::temp_directory_path() / fmt::format("ddplab-bench-scaling-{}", ::getpid());
+  o.backend = bench_backend(o.backend, 2);  // auto: Open MPI where the kit can start ranks through mpirun
 
   fmt::print(
       "bench scaling: DeepFM, batch {} per rank, {} thread(s) per rank, sync {}, backend {}, {} timed steps after {} "
@@ -354,7 +355,9 @@ void setup_bench_scaling(CLI::App& bench) {
   sub->add_option("--html", o->html,
                   "Also write the scaling chart (inline SVG, as in the grader's report) to this file");
   sub->add_flag("--keep", o->keep, "Keep the workers' reports in the temporary folder");
-  sub->add_option("--backend", o->backend, "gloo (the kit's launcher) or mpi (mpirun starts the data-parallel workers)")
+  sub->add_option("--backend", o->backend,
+                  "auto (mpi where the kit can start ranks through mpirun, as ddplab launch --backend auto; else "
+                  "gloo), gloo (the kit's launcher), mpi (mpirun starts the data-parallel workers)")
       ->check(CLI::IsMember({"auto", "gloo", "mpi"}))
       ->capture_default_str();
   sub->callback([o] { exit_status() = run_scaling(*o); });

@@ -27,7 +27,7 @@ struct LaunchOptions {
   bool no_prefix = false;
   bool verbose = false;
   std::string bind = "auto";
-  std::string backend = "c10d";
+  std::string backend = "auto";
   std::vector<std::string> command;
 };
 

@@ -60,24 +60,16 @@ std::string run_captured(LaunchSpec spec, double timeout_s, const std::string& w
 }
 
 void start_with_mpirun(LaunchSpec& spec, int n) {
-  std::vector<std::string> command = {"/usr/bin/env",
-                                      "-u",
-                                      "RANK",
-                                      "-u",
-                                      "WORLD_SIZE",
-                                      "-u",
-                                      "LOCAL_RANK",
-                                      "-u",
-                                      "LOCAL_WORLD_SIZE",
-                                      "mpirun",
-                                      "--oversubscribe",
-                                      "-np",
-                                      std::to_string(n)};
-  if (::geteuid() == 0) command.push_back("--allow-run-as-root");
-  command.insert(command.end(), spec.command.begin(), spec.command.end());
-  command.insert(command.end(), {"--backend", "mpi"});
-  spec.command = std::move(command);
-  spec.nproc = 1;
+  spec.nproc = n;
+  spec.backend = LaunchBackend::kMpi;
+  spec.command.insert(spec.command.end(), {"--backend", "mpi"});
+}
+
+std::string bench_backend(const std::string& given, int n) {
+  if (given != "auto") return given;
+  LaunchSpec probe;
+  probe.nproc = n;
+  return n > 1 && mpi_launch_problem(probe).empty() ? "mpi" : "gloo";
 }
 
 std::string template_program(const std::string& given) {

@@ -31,10 +31,13 @@ struct Trial {
 std::string run_captured(LaunchSpec spec, double timeout_s, const std::string& what,
                          const std::filesystem::path& log = {});
 
-/// Makes `spec` a job that mpirun starts: n ranks of spec.command with `--backend mpi`, without the
-/// kit launcher's own rank variables (they would make each rank a job of one); --allow-run-as-root
-/// when run as root, as Debian's Open MPI wants.
+/// Makes `spec` a job of n ranks that mpirun starts (LaunchBackend::kMpi: the launcher's variables
+/// and cores per rank) and whose collectives go over Open MPI (`--backend mpi`).
 void start_with_mpirun(LaunchSpec& spec, int n);
+
+/// The transport a bench's `--backend auto` takes for a job of n ranks: "mpi" where the kit can
+/// start it through mpirun (mpi_launch_problem), else "gloo". Other values are returned as given.
+std::string bench_backend(const std::string& given, int n);
 
 /// The program to try: `given`, or the lab 09 template next to this ddplab (same bin folder).
 std::string template_program(const std::string& given);

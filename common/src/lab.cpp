@@ -20,6 +20,7 @@
 #include "ddplab/data/error.h"
 #include "ddplab/deepfm.h"
 #include "ddplab/dist/loopback.h"
+#include "ddplab/dist/process_group.h"
 #include "ddplab/optim.h"
 #include "ddplab/log.h"
 #include "ddplab/memory.h"
@@ -562,10 +563,12 @@ int run_lab(const LabProgram& program, int argc, char** argv) {
   } catch (const ConfigError& e) {
     log::error("{}", e.what());
     if (run) run->fail(e.what());
+    dist::abandon_transport();  // no MPI_Finalize waiting for peers that wait for this rank
     return kExitUsage;
   } catch (const std::exception& e) {  // data::DataError included: both name what and where
     log::error("{}", e.what());
     if (run) run->fail(e.what());
+    dist::abandon_transport();
     return kExitError;
   }
 }

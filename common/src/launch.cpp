@@ -133,6 +133,31 @@ struct TaggedLine {
   std::string text;
 };
 
+/// Removes mpirun's tags from inside a line ("[1,0]<stderr>:"): a rank that writes one line in
+/// several pieces (a backtrace's frames) gets a tag before each piece.
+std::string strip_inner_tags(std::string text) {
+  for (size_t at = text.find("]<std"); at != std::string::npos; at = text.find("]<std", at)) {
+    const size_t open = text.rfind('[', at);
+    const bool tag_end = text.compare(at + 1, 9, "<stdout>:") == 0 || text.compare(at + 1, 9, "<stderr>:") == 0;
+    bool digits = open != std::string::npos && at - open >= 4 && at - open <= 24;
+    size_t commas = 0;
+    for (size_t i = open + 1; digits && i < at; ++i) {
+      if (text[i] == ',') {
+        ++commas;
+      } else if (text[i] < '0' || text[i] > '9') {
+        digits = false;
+      }
+    }
+    if (tag_end && digits && commas == 1) {
+      text.erase(open, at + 10 - open);
+      at = open;
+    } else {
+      ++at;
+    }
+  }
+  return text;
+}
+
 TaggedLine parse_tagged(const std::string& line) {
   TaggedLine t;
   t.text = line;
@@ -148,7 +173,7 @@ TaggedLine parse_tagged(const std::string& line) {
     if (line.compare(close + 1, std::strlen(tag), tag) == 0) {
       t.rank = std::stoi(line.substr(comma + 1, close - comma - 1));
       t.is_stderr = err;
-      t.text = line.substr(close + 1 + std::strlen(tag));
+      t.text = strip_inner_tags(line.substr(close + 1 + std::strlen(tag)));
       return t;
     }
   }
@@ -330,6 +355,7 @@ class Job {
   // --backend mpi: ranks_ holds one process, mpirun; its tagged lines are the ranks'.
   bool mpi_ = false;
   std::string mpirun_path_;
+  std::string wrapper_path_;             // spec.wrapper[0], resolved
   std::vector<int> mpi_log_fds_;         // per local rank
   std::vector<RankResult> mpi_results_;  // per local rank, filled as their exit lines arrive
   std::vector<bool> mpi_exited_;
@@ -387,7 +413,9 @@ void Job::validate_and_prepare() {
   const std::string path_var = path_it != s.extra_env.end() ? path_it->second
                                : path_env != nullptr        ? std::string(path_env)
                                                             : std::string("/usr/local/bin:/usr/bin:/bin");
-  program_path_ = resolve_program(s.command[0], path_var);
+  // Absolute: a wrapper (the grader's sandbox) may change directory before it starts the program.
+  program_path_ = std::filesystem::absolute(resolve_program(s.command[0], path_var)).string();
+  if (!s.wrapper.empty()) wrapper_path_ = resolve_program(s.wrapper[0], path_var);
 
   if (!s.log_dir.empty()) {
     std::error_code ec;
@@ -896,7 +924,13 @@ void Job::start_mpirun() {
   mpi_exited_.assign(static_cast<size_t>(spec_.nproc), false);
   ranks_.resize(1);
   ranks_[0].global = 0;
-  start_rank(ranks_[0], common, args, mpirun_path_, {});
+  if (resolved_.wrapper.empty()) {
+    start_rank(ranks_[0], common, args, mpirun_path_, {});
+  } else {
+    std::vector<std::string> argv = resolved_.wrapper;
+    argv.insert(argv.end(), args.begin(), args.end());
+    start_rank(ranks_[0], common, argv, wrapper_path_, {});
+  }
   for (int i = 0; i < spec_.nproc; ++i) {
     RankResult& rr = mpi_results_[static_cast<size_t>(i)];
     rr.rank = spec_.node_rank * spec_.nproc + i;
@@ -1047,7 +1081,14 @@ LaunchResult Job::run() {
       auto env = rank_environment(resolved_, i);
       const auto& cores = cpus_[static_cast<size_t>(i)];
       if (!cores.empty()) env["DDPLAB_CPUS"] = cpu_list(cores);
-      start_rank(r, env, resolved_.command, program_path_, cores);
+      if (resolved_.wrapper.empty()) {
+        start_rank(r, env, resolved_.command, program_path_, cores);
+      } else {
+        std::vector<std::string> argv = resolved_.wrapper;
+        argv.push_back(program_path_);
+        argv.insert(argv.end(), resolved_.command.begin() + 1, resolved_.command.end());
+        start_rank(r, env, argv, wrapper_path_, cores);
+      }
     }
   }
   if (spec_.verbose) {

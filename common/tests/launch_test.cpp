@@ -682,6 +682,14 @@ TEST_F(LaunchTest, ThroughMpirunEachRankGetsTheKitsVariablesAndOpenMpisAndItsOwn
   }
   EXPECT_EQ(cap.err[1], std::vector<std::string>{"one on stderr"});
   EXPECT_TRUE(cap.err[0].empty() && cap.err[2].empty());
+
+  // A line written in pieces reaches mpirun as pieces, each tagged: one line again, no tags inside.
+  LaunchSpec pieces = helper_job(2, {"@1:partial:first piece, ", "@1:sleep:0.3", "@1:print:second piece"});
+  pieces.backend = LaunchBackend::kMpi;
+  Captured cap2;
+  cap2.attach(pieces);
+  ASSERT_EQ(launch(pieces).exit_code, 0);
+  EXPECT_EQ(cap2.out[1], std::vector<std::string>{"first piece, second piece"});
 }
 
 TEST_F(LaunchTest, ThroughMpirunBoundRanksGetTheLaunchersCores) {

@@ -49,12 +49,16 @@ std::vector<int> allowed_cpus();
 std::string cpu_list(const std::vector<int>& cpus);
 
 struct LaunchSpec {
-  int nproc = 1;                                 ///< ranks on this node (torchrun's --nproc_per_node)
-  int nnodes = 1;                                ///< nodes in the job; WORLD_SIZE = nproc * nnodes
-  int node_rank = 0;                             ///< this node's index (GROUP_RANK), 0 <= node_rank < nnodes
-  std::string master_addr = "127.0.0.1";         ///< MASTER_ADDR: where rank 0 opens the TCPStore
-  int master_port = 0;                           ///< MASTER_PORT; 0 = a free port on master_addr (nnodes == 1 only)
-  std::vector<std::string> command;              ///< program and arguments; the program is looked up in PATH
+  int nproc = 1;                          ///< ranks on this node (torchrun's --nproc_per_node)
+  int nnodes = 1;                         ///< nodes in the job; WORLD_SIZE = nproc * nnodes
+  int node_rank = 0;                      ///< this node's index (GROUP_RANK), 0 <= node_rank < nnodes
+  std::string master_addr = "127.0.0.1";  ///< MASTER_ADDR: where rank 0 opens the TCPStore
+  int master_port = 0;                    ///< MASTER_PORT; 0 = a free port on master_addr (nnodes == 1 only)
+  std::vector<std::string> command;       ///< program and arguments; the program is looked up in PATH
+  /// Started in front of the job (the grader's sandbox: `bwrap ... --`, `ddplab-run-as UID -- env
+  /// --chdir=DIR`): in front of each rank's program, or, under kMpi, of mpirun itself, so that
+  /// every rank of the job shares one confinement (Open MPI's shared memory and session folder).
+  std::vector<std::string> wrapper;
   std::map<std::string, std::string> extra_env;  ///< set in every rank after the launcher's variables
   std::string run_id;                            ///< TORCHELASTIC_RUN_ID; empty = generated
   std::string log_dir;                           ///< if set, each rank's lines also go to log_dir/rankR.log

@@ -5,8 +5,14 @@
 #include <mpi.h>
 #include <sched.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <memory>
 #include <functional>
+#include <atomic>
 #include <mutex>
 #include <stdexcept>
 
@@ -17,10 +23,12 @@
 namespace ddplab::dist {
 namespace {
 
+std::atomic<bool> abandoned{false};
+
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (!finalized && !abandoned.load()) MPI_Finalize();
 }
 
 std::string mpi_error(int code) {
@@ -77,7 +85,7 @@ int as_count(int64_t n) { return static_cast<int>(n); }
 /// Testing drives the progress.
 class MpiWork final : public compat::Work {
  public:
-  using Start = std::function<int(MPI_Request*)>;  ///< starts one MPI call, returns its error code
+  using Start = MpiBackend::Start;
 
   MpiWork(std::vector<at::Tensor> keep, std::vector<Start> steps, const char* name, std::function<void()> done = {})
       : keep_(std::move(keep)), steps_(std::move(steps)), name_(name), done_(std::move(done)) {
@@ -153,6 +161,56 @@ std::vector<std::pair<int64_t, int>> chunks(const at::Tensor& t) {
   return out;
 }
 
+/// A rank's entry in the comparison before a collective: its number, kind, element type, count
+/// and root (-1 where none).
+constexpr int kEntry = 5;
+const char* const kOps[] = {"broadcast", "allreduce", "allgather", "all_to_all", "barrier"};
+
+int64_t op_code(const char* op) {
+  for (size_t i = 0; i < std::size(kOps); ++i) {
+    if (std::strcmp(kOps[i], op) == 0) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+std::string describe_entry(const int64_t* e) {
+  const char* op = e[1] >= 0 && e[1] < static_cast<int64_t>(std::size(kOps)) ? kOps[e[1]] : "?";
+  if (e[2] < 0) return op;  // a barrier moves no data
+  std::string type = c10::toString(static_cast<c10::ScalarType>(e[2]));
+  for (auto& ch : type) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  std::string out = fmt::format("{} {}[{}]", op, type, e[3]);
+  if (e[4] >= 0) out += fmt::format(" from rank {}", e[4]);
+  return out;
+}
+
+/// The all-gathered entries (this rank's first, then every rank's): throws CollectivesOutOfStep
+/// naming each rank's collective unless they all agree.
+void compare_entries(const std::vector<int64_t>& table, int n) {
+  const int64_t* first = table.data() + kEntry;
+  bool same = true;
+  for (int r = 1; r < n && same; ++r) {
+    same = std::equal(first, first + kEntry, table.data() + kEntry * (r + 1));
+  }
+  if (same) return;
+  std::string ranks;
+  for (int r = 0; r < n; ++r) {
+    ranks += fmt::format("{}rank {} {}", r == 0 ? "" : "; ", r, describe_entry(table.data() + kEntry * (r + 1)));
+  }
+  throw CollectivesOutOfStep(fmt::format(
+      "collectives out of step at #{}: {} (the mpi backend compared what each rank entered before moving data: "
+      "every rank must make the same collectives, of the same type and size, in the same order)",
+      first[0], ranks));
+}
+
+bool check_from_env() {
+  const char* v = std::getenv("DDPLAB_MPI_CHECK");
+  if (v == nullptr || *v == '\0') return true;
+  const std::string s = v;
+  if (s == "on" || s == "1") return true;
+  if (s == "off" || s == "0") return false;
+  throw ConfigError(fmt::format("DDPLAB_MPI_CHECK={}: expected on (the default) or off", s));
+}
+
 }  // namespace
 
 void mpi_init_for(int rank, int size) {
@@ -162,7 +220,8 @@ void mpi_init_for(int rank, int size) {
       throw ConfigError(
           "--backend mpi: this process was not started by mpirun (no OMPI_COMM_WORLD_SIZE): Open MPI starts the "
           "ranks and wires their shared memory, e.g. mpirun -n 2 PROGRAM ... --backend mpi (docs/concepts/"
-          "launching.md); ddplab launch, torchrun and srun go with --backend gloo");
+          "launching.md), or ddplab launch --backend mpi (or auto) which starts them through mpirun; under ddplab "
+          "launch --backend c10d, torchrun or srun use --backend gloo");
     }
     int initialized = 0;
     MPI_Initialized(&initialized);
@@ -184,9 +243,54 @@ void mpi_init_for(int rank, int size) {
   }
 }
 
-MpiBackend::MpiBackend(int rank, int size) : compat::Backend(rank, size) { mpi_init_for(rank, size); }
+MpiBackend::MpiBackend(int rank, int size) : compat::Backend(rank, size), check_(check_from_env()) {
+  mpi_init_for(rank, size);
+  // Every rank creates its backend at the same point of the job (ProcessGroup::join): the
+  // duplicate is made together, and the comparisons never match a collective's data messages.
+  if (check_) check(MPI_Comm_dup(MPI_COMM_WORLD, &check_comm_), "MPI_Comm_dup");
+}
 
-MpiBackend::~MpiBackend() = default;
+void abandon_mpi() noexcept { abandoned.store(true); }
+
+MpiBackend::~MpiBackend() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (check_comm_ != MPI_COMM_NULL && !finalized && !abandoned.load()) MPI_Comm_free(&check_comm_);
+}
+
+c10::intrusive_ptr<compat::Work> MpiBackend::collective(const char* op, const at::Tensor* t, int64_t count,
+                                                        int64_t root, std::vector<at::Tensor> keep,
+                                                        std::vector<Start> steps, const char* name,
+                                                        std::function<void()> done) {
+  const int64_t seq = ++seq_;  // 1-based, as the runtime numbers its collectives ("allreduce #14")
+  if (!check_) return c10::make_intrusive<MpiWork>(std::move(keep), std::move(steps), name, std::move(done));
+  const int n = getSize();
+  auto table = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(kEntry * (n + 1)));
+  int64_t* mine = table->data();
+  mine[0] = seq;
+  mine[1] = op_code(op);
+  mine[2] = t != nullptr ? static_cast<int64_t>(t->scalar_type()) : -1;
+  mine[3] = count;
+  mine[4] = root;
+  const MPI_Comm comm = check_comm_;
+  std::vector<Start> all;
+  all.push_back([table, comm](MPI_Request* r) {
+    return MPI_Iallgather(table->data(), kEntry, MPI_INT64_T, table->data() + kEntry, kEntry, MPI_INT64_T, comm, r);
+  });
+  // The data moves only once every rank's entry is known to match.
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (i == 0) {
+      Start first = std::move(steps[0]);
+      all.push_back([table, n, first](MPI_Request* r) {
+        compare_entries(*table, n);
+        return first(r);
+      });
+    } else {
+      all.push_back(std::move(steps[i]));
+    }
+  }
+  return c10::make_intrusive<MpiWork>(std::move(keep), std::move(all), name, std::move(done));
+}
 
 c10::intrusive_ptr<compat::Work> MpiBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                        const c10d::BroadcastOptions& opts) {
@@ -200,7 +304,7 @@ c10::intrusive_ptr<compat::Work> MpiBackend::broadcast(std::vector<at::Tensor>& 
     const int count = chunk.second;
     steps.push_back([=](MPI_Request* r) { return MPI_Ibcast(at, count, type, root, MPI_COMM_WORLD, r); });
   }
-  return c10::make_intrusive<MpiWork>(std::vector<at::Tensor>{t}, std::move(steps), "MPI_Ibcast");
+  return collective("broadcast", &t, t.numel(), root, {t}, std::move(steps), "MPI_Ibcast");
 }
 
 c10::intrusive_ptr<compat::Work> MpiBackend::allreduce(std::vector<at::Tensor>& tensors,
@@ -216,7 +320,7 @@ c10::intrusive_ptr<compat::Work> MpiBackend::allreduce(std::vector<at::Tensor>& 
     steps.push_back(
         [=](MPI_Request* r) { return MPI_Iallreduce(MPI_IN_PLACE, at, count, type, MPI_SUM, MPI_COMM_WORLD, r); });
   }
-  return c10::make_intrusive<MpiWork>(std::vector<at::Tensor>{t}, std::move(steps), "MPI_Iallreduce");
+  return collective("allreduce", &t, t.numel(), -1, {t}, std::move(steps), "MPI_Iallreduce");
 }
 
 c10::intrusive_ptr<compat::Work> MpiBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -234,12 +338,12 @@ c10::intrusive_ptr<compat::Work> MpiBackend::allgather(std::vector<std::vector<a
   std::vector<MpiWork::Start> steps = {[=](MPI_Request* r) {
     return MPI_Iallgather(in.data_ptr(), count, type, all.data_ptr(), count, type, MPI_COMM_WORLD, r);
   }};
-  return c10::make_intrusive<MpiWork>(std::vector<at::Tensor>{in, all}, std::move(steps), "MPI_Iallgather",
-                                      [all, out]() mutable {
-                                        for (size_t r = 0; r < out.size(); ++r) {
-                                          out[r].copy_(all[static_cast<int64_t>(r)].view(out[r].sizes()));
-                                        }
-                                      });
+  return collective("allgather", &in, in.numel(), -1, {in, all}, std::move(steps), "MPI_Iallgather",
+                    [all, out]() mutable {
+                      for (size_t r = 0; r < out.size(); ++r) {
+                        out[r].copy_(all[static_cast<int64_t>(r)].view(out[r].sizes()));
+                      }
+                    });
 }
 
 c10::intrusive_ptr<compat::Work> MpiBackend::alltoall_base(at::Tensor& out, at::Tensor& in,
@@ -255,7 +359,7 @@ c10::intrusive_ptr<compat::Work> MpiBackend::alltoall_base(at::Tensor& out, at::
     std::vector<MpiWork::Start> steps = {[=](MPI_Request* r) {
       return MPI_Ialltoall(i.data_ptr(), count, type, o.data_ptr(), count, type, MPI_COMM_WORLD, r);
     }};
-    return c10::make_intrusive<MpiWork>(std::vector<at::Tensor>{i, o}, std::move(steps), "MPI_Ialltoall");
+    return collective("all_to_all", &i, i.numel(), -1, {i, o}, std::move(steps), "MPI_Ialltoall");
   }
   // Split sizes count rows (dim 0); MPI counts elements. The count arrays live in the step, which
   // the work keeps until the call completes.
@@ -276,12 +380,14 @@ c10::intrusive_ptr<compat::Work> MpiBackend::alltoall_base(at::Tensor& out, at::
     int* k = counts->data();
     return MPI_Ialltoallv(i.data_ptr(), k, k + n, type, o.data_ptr(), k + 2 * n, k + 3 * n, type, MPI_COMM_WORLD, r);
   }};
-  return c10::make_intrusive<MpiWork>(std::vector<at::Tensor>{i, o}, std::move(steps), "MPI_Ialltoallv");
+  // Uneven splits differ by rank by design: compared are the kind, the type and the rank count.
+  return collective("all_to_all", &i, -static_cast<int64_t>(n), -1, {i, o}, std::move(steps), "MPI_Ialltoallv");
 }
 
 c10::intrusive_ptr<compat::Work> MpiBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   const at::Tensor& t = the_tensor(tensors, "send");
   const MPI_Datatype type = datatype(t, "send");
+  ++seq_;  // not compared (point to point), but numbered as the runtime numbers it
   std::vector<MpiWork::Start> steps = {
       [=](MPI_Request* r) { return MPI_Isend(t.data_ptr(), as_count(t.numel()), type, dst, tag, MPI_COMM_WORLD, r); }};
   return c10::make_intrusive<MpiWork>(std::vector<at::Tensor>{t}, std::move(steps), "MPI_Isend");
@@ -290,6 +396,7 @@ c10::intrusive_ptr<compat::Work> MpiBackend::send(std::vector<at::Tensor>& tenso
 c10::intrusive_ptr<compat::Work> MpiBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   const at::Tensor& t = the_tensor(tensors, "recv");
   const MPI_Datatype type = datatype(t, "recv");
+  ++seq_;  // not compared (point to point), but numbered as the runtime numbers it
   std::vector<MpiWork::Start> steps = {
       [=](MPI_Request* r) { return MPI_Irecv(t.data_ptr(), as_count(t.numel()), type, src, tag, MPI_COMM_WORLD, r); }};
   return c10::make_intrusive<MpiWork>(std::vector<at::Tensor>{t}, std::move(steps), "MPI_Irecv");
@@ -297,7 +404,7 @@ c10::intrusive_ptr<compat::Work> MpiBackend::recv(std::vector<at::Tensor>& tenso
 
 c10::intrusive_ptr<compat::Work> MpiBackend::barrier(const c10d::BarrierOptions& /*opts*/) {
   std::vector<MpiWork::Start> steps = {[](MPI_Request* r) { return MPI_Ibarrier(MPI_COMM_WORLD, r); }};
-  return c10::make_intrusive<MpiWork>(std::vector<at::Tensor>{}, std::move(steps), "MPI_Ibarrier");
+  return collective("barrier", nullptr, 0, -1, {}, std::move(steps), "MPI_Ibarrier");
 }
 
 }  // namespace ddplab::dist

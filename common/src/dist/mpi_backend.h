@@ -7,12 +7,15 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <stdexcept>
 #include <string>
 
 #include "ddplab/config.h"
 
 #ifdef DDPLAB_HAVE_MPI
 
+#include <mpi.h>
 #include <torch/torch.h>
 
 #include "ddplab/dist/compat.h"
@@ -24,11 +27,34 @@ namespace ddplab::dist {
 /// by mpirun (an MPI singleton of a job of several ranks) or the ranks disagree.
 void mpi_init_for(int rank, int size);
 
+/// Leaves MPI without finalizing, for a rank whose collective failed (timed out or out of step):
+/// MPI_Finalize would wait for the peer that never came, while the c10d path aborts its backend
+/// and exits. Once called, the process's exit skips MPI_Finalize; mpirun then stops the job's other
+/// ranks, as for any rank that exits without it.
+void abandon_mpi() noexcept;
+
+/// Thrown by a collective whose ranks entered different collectives (see MpiBackend).
+struct CollectivesOutOfStep : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Every collective first compares what each rank entered — its number in the job, kind, element
+/// type, element count and root — in a small all-gather on a communicator of its own, and moves
+/// data only when they agree. MPI leaves collectives that differ between ranks undefined (seen: a
+/// lab 02 rank that skipped an all-reduce made Open MPI's next one fail with a truncation error and
+/// abort in malloc_consolidate, a crash that named nothing); Gloo times out instead. With the check,
+/// both ranks stop with "collectives out of step at #N: rank 0 allreduce float[..]; rank 1 ...", the
+/// message of lab 11's fingerprints. Costs one extra small collective each (a few microseconds over
+/// shared memory). DDPLAB_MPI_CHECK=off turns it off (to measure the transport alone).
 class MpiBackend final : public compat::Backend {
  public:
   /// `rank`, `size`: the job's, as the launcher said (mpi_init_for checks them against MPI's).
   MpiBackend(int rank, int size);
   ~MpiBackend() override;
+  /// Starts one MPI call of a collective, returns its error code.
+  using Start = std::function<int(MPI_Request*)>;
+  /// Whether collectives are compared before they move data (DDPLAB_MPI_CHECK, on by default).
+  bool checks_collectives() const noexcept { return check_; }
 
   const std::string getBackendName() const override { return "mpi"; }
   c10::intrusive_ptr<compat::Work> broadcast(std::vector<at::Tensor>& tensors,
@@ -44,6 +70,15 @@ class MpiBackend final : public compat::Backend {
   c10::intrusive_ptr<compat::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<compat::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<compat::Work> barrier(const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+
+ private:
+  /// What this rank entered: compared across ranks (when checking) before `steps` move the data.
+  c10::intrusive_ptr<compat::Work> collective(const char* op, const at::Tensor* t, int64_t count, int64_t root,
+                                              std::vector<at::Tensor> keep, std::vector<Start> steps, const char* name,
+                                              std::function<void()> done = {});
+  bool check_ = true;
+  int64_t seq_ = 0;                      ///< collectives entered so far
+  MPI_Comm check_comm_ = MPI_COMM_NULL;  ///< the comparisons' own communicator (MPI_Comm_dup)
 };
 
 }  // namespace ddplab::dist

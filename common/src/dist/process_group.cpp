@@ -166,8 +166,12 @@ std::unique_ptr<ProcessGroup> ProcessGroup::join(const Environment& env, torch::
                                                  const ProcessGroupOptions& opts) {
   ignore_sigpipe_once();  // the TCPStore's sockets too
   c10::intrusive_ptr<compat::Store> store;
-  if (!env.distributed() || opts.backend == "mpi") {
-    // MPI wires its ranks itself (mpirun): no rendezvous, and no store to publish progress to.
+  // MPI wires its ranks itself (mpirun). The kit's launcher still gives them a free MASTER_PORT,
+  // so they share a TCPStore there for what it carries besides the rendezvous: each rank's last
+  // collective, which names the rank that never entered one when a collective times out. Under
+  // a plain mpirun the port is only the default 29500, which another job may hold: no store.
+  const bool kit_launcher = std::getenv("DDPLAB_LAUNCHER") != nullptr;
+  if (!env.distributed() || (opts.backend == "mpi" && !kit_launcher)) {
     store = c10::make_intrusive<c10d::HashStore>();
   } else {
     c10d::TCPStoreOptions o;
@@ -200,11 +204,17 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<compat::Store> store, int rank, in
   if ((b == "gloo" || b == "mpi") && device.is_cuda()) {
     throw ConfigError(fmt::format("--backend {}: the kit runs CUDA tensors over NCCL (--backend auto or nccl)", b));
   }
-  if (b == "mpi") {
+  // A rank alone in its job (e.g. one that never read the launcher's variables: lab 02's lesson)
+  // has nothing to exchange and trains by itself, as over c10d: MPI would call it one of mpirun's
+  // N ranks. It gets the one-rank group every unlaunched program gets.
+  if (b == "mpi" && size > 1) {
 #ifdef DDPLAB_HAVE_MPI
     backend_ = c10::make_intrusive<MpiBackend>(rank, size);
     backend_name_ = "mpi";
-    opts_.publish_interval = std::chrono::milliseconds(0);  // no store shared by the ranks
+    if (dynamic_cast<c10d::HashStore*>(store_.get()) != nullptr) {
+      opts_.publish_interval = std::chrono::milliseconds(0);  // no store shared by the ranks
+    }
+    start_publisher();
     return;
 #else
     throw ConfigError("--backend mpi: this build has no MPI (Debian: libopenmpi-dev; configure the build again)");
@@ -300,6 +310,11 @@ void ProcessGroup::wait(const c10::intrusive_ptr<compat::Work>& work, Op op) {
 void ProcessGroup::wait(const c10::intrusive_ptr<compat::Work>& work, Op op, int64_t sequence, int64_t bytes) {
   try {
     work->wait(opts_.timeout);
+#ifdef DDPLAB_HAVE_MPI
+  } catch (const CollectivesOutOfStep& e) {
+    failed_ = true;
+    throw Error(fmt::format("rank {}: {} #{} ({} bytes): {}", rank_, op_name(op), sequence, bytes, e.what()));
+#endif
   } catch (const std::exception& e) {
     failed_ = true;  // the backend is left to abort(), not to a graceful shutdown() that waits on peers
     throw Error(fmt::format("rank {}: {} #{} ({} bytes) did not complete within {} ms. {}. Backend: {}", rank_,
@@ -556,7 +571,16 @@ void ProcessGroup::shutdown() {
   release_backend();
 }
 
+void abandon_transport() noexcept {
+#ifdef DDPLAB_HAVE_MPI
+  abandon_mpi();
+#endif
+}
+
 void ProcessGroup::release_backend() {
+#ifdef DDPLAB_HAVE_MPI
+  if (backend_ && failed_ && backend_name_ == "mpi") abandon_mpi();  // no MPI_Finalize waiting for a peer
+#endif
   if (backend_) {
     try {
       compat::shutdown_backend(*backend_, /*abort=*/failed_);

@@ -37,6 +37,13 @@ struct ProcessGroupOptions {
   bool idle_gloo_io = true;
 };
 
+/// For a process that stops with an error: its exit will not finalize the transport. Over MPI,
+/// MPI_Finalize waits for every rank, so a rank that failed on its own would wait until its peers
+/// time out in a collective it never enters; c10d's ranks just exit. mpirun and the kit's launcher
+/// then stop the other ranks, as for a failing rank over c10d. No-op without MPI. (run_lab calls
+/// it for an error exit; a not-attempted exit still finalizes, so its peers may finish.)
+void abandon_transport() noexcept;
+
 /// NCCL runs one rank per GPU: two ranks of a communicator on one device fail inside NCCL
 /// ("Duplicate GPU detected") or hang. Each rank publishes `device_key` (what identifies the
 /// physical GPU: host and PCI bus id, whatever CUDA_VISIBLE_DEVICES calls it) and `label` (what a
