@@ -25,7 +25,7 @@ namespace {
 struct GradeCli {
   std::vector<std::string> labs;
   bool all = false;
-  std::string submission, batch, tree, out = "grade-results", data, kit, build, calibration, sandbox = "auto";
+  std::string submission, batch, tree, out = "grade-results", data, kit, build, calibration, sandbox = "auto", backend;
   std::vector<std::string> checks, overlays;
   double run_timeout = 0, test_timeout = 0, quiet_wait = 120;
   int leaderboard = 0;
@@ -53,6 +53,7 @@ int run_grade(const GradeCli& o) {
   go.color = !o.no_color && ::isatty(STDOUT_FILENO);
   go.quiet = o.quiet;
   go.sandbox = o.sandbox;
+  go.backend = o.backend;
   go.calibration = o.calibration.empty() ? grader::default_calibration_path(go.build_dir) : o.calibration;
   if (o.calibration.empty() && !o.calibrate && !fs::exists(go.calibration)) {
     // A student's build/labs holds none: `./kit main` measured this machine into build/solutions,
@@ -94,7 +95,7 @@ int run_grade(const GradeCli& o) {
     return 0;
   }
   if (o.check_calibration) {
-    const auto gaps = grader::calibration_gaps(specs, go.calibration, grader::calibration_key(go.data_dir));
+    const auto gaps = grader::calibration_gaps(specs, go.calibration, grader::calibration_key(go.data_dir, go.backend));
     for (const auto& g : gaps) fmt::print("calibration stale: {}\n", g);
     if (gaps.empty()) fmt::print("calibration current: {} (this machine and data set)\n", go.calibration);
     return gaps.empty() ? 0 : 1;
@@ -161,6 +162,13 @@ void setup_grade(CLI::App& app) {
   sub->add_flag("--sanitize", o->sanitize,
                 "Run the unit tests built under the lab's sanitizer (AddressSanitizer + UBSan; ThreadSanitizer for "
                 "lab 08): a memory error or data race fails the check with the sanitizer's first frame");
+  sub->add_option("--backend", o->backend,
+                  "Who starts the multi-rank runs of labs whose spec leaves it to the grader ([lab] backend = "
+                  "\"auto\"): auto (Open MPI's mpirun where the kit has it: shared memory between the ranks; else "
+                  "the kit's launcher), c10d (the kit's launcher: Gloo on CPU), mpi. A lab or run that pins one "
+                  "keeps it (docs/instructor-guide.md)")
+      ->envname("DDPLAB_GRADE_BACKEND")
+      ->check(CLI::IsMember({"auto", "c10d", "mpi"}));
   sub->add_option("--sandbox", o->sandbox,
                   "How student programs run: auto (bubblewrap if it works here, else an unprivileged user if the "
                   "grader is root and the secrets are unreadable to it, else unconfined with a warning), required "

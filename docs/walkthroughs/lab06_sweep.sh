@@ -29,7 +29,7 @@ for k in ${KS:-1 4 16 64}; do
   for r in ${RECIPES:-${recipes[@]}}; do
     name=k${k}_$r
     # shellcheck disable=SC2046
-    "$BIN/ddplab" launch -n 2 -- "$BIN/lab06_large_batch" --data "$DATA" --batch 512 --accumulate "$k" \
+    "$BIN/ddplab" launch -n 2 --backend c10d -- "$BIN/lab06_large_batch" --data "$DATA" --batch 512 --accumulate "$k" \
       $(flags_of "$r" "$warm") --log-every 0 --report "$OUT/$name.rank{rank}.json" > "$OUT/$name.log" 2>&1 || failed+=("$name")
     echo "$name done" >&2
   done

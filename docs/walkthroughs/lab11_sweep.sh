@@ -13,7 +13,7 @@ run() {  # run NAME ARGS...: the job's exit status, wall seconds and output in $
   shift
   rm -rf "${OUT:?}/$name" && mkdir -p "$OUT/$name"
   local t0=$(date +%s.%N)
-  "$BIN/ddplab" launch -n 2 -- "$BIN/lab11_hangs" --data data/ctr-small --eval-samples 2000 --batch 256 \
+  "$BIN/ddplab" launch -n 2 --backend c10d -- "$BIN/lab11_hangs" --data data/ctr-small --eval-samples 2000 --batch 256 \
     --log-every 0 --comm-timeout 5 --report "$OUT/$name/rank{rank}.json" "$@" > "$OUT/$name/log.txt" 2>&1
   echo "$? $(echo "$(date +%s.%N) - $t0" | bc)" > "$OUT/$name/status"
 }

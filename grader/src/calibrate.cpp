@@ -64,7 +64,7 @@ Calibration calibrate(const std::vector<LabSpec>& specs, GradeOptions options, c
   // Measured once each, as they come: re-measuring a figure below the old calibration's would
   // keep only the lucky ones and ratchet the reference up.
   options.timing_attempts = 1;
-  Calibration cal = load_calibration(path, calibration_key(options.data_dir));
+  Calibration cal = load_calibration(path, calibration_key(options.data_dir, options.backend));
   print(fmt::format("calibrating on {}\n", cal.machine));
   for (const auto& s : specs) {
     GradeOptions go = options;

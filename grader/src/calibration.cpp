@@ -9,6 +9,7 @@
 
 #include "ddplab/data/shard.h"
 #include "ddplab/error.h"
+#include "ddplab/launch.h"
 #include "ddplab/report.h"
 #include "ddplab/system.h"
 #include "harness_parts.h"
@@ -53,15 +54,23 @@ std::string default_calibration_path(const std::string& build_dir) {
   return (fs::path(build_dir) / "grader" / "calibration.json").string();
 }
 
-std::string calibration_key(const std::string& data_dir) {
+std::string multi_rank_backend(const std::string& backend) {
+  if (backend == "c10d" || backend == "mpi") return backend;
+  LaunchSpec probe;
+  probe.nproc = 2;
+  return mpi_launch_problem(probe).empty() ? "mpi" : "c10d";
+}
+
+std::string calibration_key(const std::string& data_dir, const std::string& backend) {
   const auto meta = data::read_metadata(data_dir);
   // The data set by content, not by path: its meta.json (sizes, seed, the teacher's figures and the
   // click rates) is the same wherever the set lies, and differs for another set.
   const std::string text = parts::read_text(fs::path(data_dir) / "meta.json");
   uint64_t digest = 0xcbf29ce484222325ULL;
   for (unsigned char ch : text) digest = (digest ^ ch) * 0x100000001b3ULL;
-  return fmt::format("{} | data {} train, {} test, seed {}, meta.json {:016x}", machine_id(), meta.train_count,
-                     meta.test_count, meta.seed, digest);
+  // The transport too: a scaling reference measured over Gloo says nothing of a run over Open MPI.
+  return fmt::format("{} | data {} train, {} test, seed {}, meta.json {:016x} | multi-rank runs over {}", machine_id(),
+                     meta.train_count, meta.test_count, meta.seed, digest, multi_rank_backend(backend));
 }
 
 Calibration load_calibration(const std::string& path, const std::string& key) {

@@ -145,7 +145,7 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
   }
   const parts::Progress progress = exercise_progress(in.graded_files);
 
-  const Calibration calibration = load_calibration(calibration_path, calibration_key(o.data_dir));
+  const Calibration calibration = load_calibration(calibration_path, calibration_key(o.data_dir, o.backend));
   // As another uid, the programs would read whatever the grader writes from here on with a
   // permissive umask (logs, earlier results): the built binaries are in place, so from now on
   // what it writes is its own; each run folder is handed over (confine).
@@ -173,7 +173,9 @@ LabResult grade_lab(const LabSpec& full_spec, const GradeOptions& o) {
   for (const auto& run : runs) {
     say(fmt::format("run '{}' on {} rank(s)", run.name, run.ranks));
     auto r = parts::make_run(run, ctx, out / "runs" / run.name);
-    say(fmt::format("run '{}': {} in {:.1f} s", run.name, r.ok() ? "ok" : r.summary, r.seconds));
+    say(fmt::format("run '{}': {} in {:.1f} s{}", run.name, r.ok() ? "ok" : r.summary, r.seconds,
+                    run.ranks > 1 && !r.backend.empty() ? fmt::format(" ({})", r.backend) : std::string()));
+    if (run.ranks > 1 && !r.backend.empty()) result.run_backends[run.name] = r.backend;
     for (const auto& id : r.not_attempted) {  // one begun is not: its checks say what is missing
       if (parts::edited(progress, id) == nullptr) parts::add_once(result.not_attempted, id);
     }

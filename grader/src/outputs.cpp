@@ -5,10 +5,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <regex>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "ddplab/grader/grade.h"
 #include "ddplab/grader/svg.h"
@@ -260,6 +262,22 @@ std::string leaderboard_text(const LeaderboardResult& l) {
                      l.median, l.values.size(), values, l.spread, l.median != 0 ? 100 * l.spread / l.median : 0.0);
 }
 
+/// "multi-rank runs over Open MPI (mpirun): cover, ddp2" and/or "over c10d (the kit's launcher):
+/// ..."; "" when the lab made no multi-rank run.
+std::string backends_text(const LabResult& lab) {
+  std::map<std::string, std::vector<std::string>> by;
+  for (const auto& [run, backend] : lab.run_backends) by[backend].push_back(run);
+  std::vector<std::string> parts;
+  for (const auto& [backend, runs] : by) {
+    parts.push_back(fmt::format("{}: {}",
+                                backend == "mpi"    ? "over Open MPI's shared memory (mpirun)"
+                                : backend == "c10d" ? "over c10d (the kit's launcher)"
+                                                    : backend,
+                                fmt::join(runs, ", ")));
+  }
+  return parts.empty() ? "" : fmt::format("multi-rank runs {}", fmt::join(parts, "; "));
+}
+
 json gradescope_results(const std::vector<LabResult>& labs) {
   json tests = json::array();
   double score = 0, seconds = 0;
@@ -274,6 +292,7 @@ json gradescope_results(const std::vector<LabResult>& labs) {
     }
     if (!lab.build_error.empty()) output += " — the submission does not compile";
     output += "\n";
+    if (const std::string b = backends_text(lab); !b.empty()) output += "  " + b + "\n";
     for (const auto& l : lab.leaderboard) output += leaderboard_text(l) + "\n";
     for (const auto& c : lab.checks) {
       json t = {{"name", fmt::format("{}: {}", lab.lab, c.name)},
@@ -290,6 +309,12 @@ json gradescope_results(const std::vector<LabResult>& labs) {
   }
   json out = {{"score", score},          {"execution_time", seconds},     {"output", output},
               {"visibility", "visible"}, {"stdout_visibility", "hidden"}, {"tests", tests}};
+  // How each lab's multi-rank runs were started ("mpi" or "c10d"), by lab and run.
+  json backends = json::object();
+  for (const auto& lab : labs) {
+    if (!lab.run_backends.empty()) backends[lab.lab] = lab.run_backends;
+  }
+  if (!backends.empty()) out["extra_data"] = {{"backends", backends}};
   // Gradescope's leaderboard: a column per entry, the median of its measurements, and a column of
   // their spread, so that a ranking shows how far the measurement itself moves.
   json board = json::array();
@@ -362,6 +387,7 @@ std::string html_report(const std::vector<LabResult>& labs) {
       h += fmt::format("<p class=\"na\">Not attempted: exercise(s) {}</p>\n", xml_escape(ids));
     }
     if (!lab.build_error.empty()) h += "<p class=\"failed\">The submission does not compile.</p>\n";
+    if (const std::string b = backends_text(lab); !b.empty()) h += fmt::format("<p>{}</p>\n", xml_escape(b));
     h += "<table><tr><th>status</th><th>points</th><th>check</th><th>what the grader saw</th></tr>\n";
     for (const auto& c : lab.checks) {
       const char* cls = c.status == Status::kPassed         ? "passed"
@@ -420,6 +446,7 @@ std::string terminal_summary(const std::vector<LabResult>& labs, bool color) {
       out += paint("33", fmt::format("  not attempted: exercise(s) {}\n", ids));
     }
     for (const auto& l : lab.leaderboard) out += fmt::format("  leaderboard: {}\n", leaderboard_text(l));
+    if (const std::string b = backends_text(lab); !b.empty()) out += fmt::format("  {}\n", b);
     out += fmt::format("  results: {}\n", lab.out_dir);
   }
   if (labs.size() > 1) {

@@ -76,6 +76,10 @@ RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) 
     r.model = (dir / "model.pt").string();
     spec.command.insert(spec.command.end(), {"--save-model", r.model});
   }
+  // Who starts the ranks: the run's pin, else the lab's; --backend decides what the spec left to "auto".
+  std::string backend = run.backend.empty() ? ctx.spec.backend : run.backend;
+  if (backend == "auto" && !ctx.options.backend.empty()) backend = ctx.options.backend;
+  spec.backend = parse_launch_backend(backend, fmt::format("run '{}': backend", run.name));
   const double timeout = run.timeout_s > 0 ? run.timeout_s : ctx.spec.run_timeout_s;
   spec.timeout_s = timeout;
   spec.grace_s = 3;
@@ -111,6 +115,7 @@ RunOutcome make_run(const RunSpec& run, GradeContext& ctx, const fs::path& dir) 
   r.timed_out = lr.timed_out;
   r.first_failed_rank = lr.first_failed_rank;
   r.summary = lr.summary;
+  r.backend = lr.backend;
   r.log_tail = tail_lines(output, 40);
   write_file_atomic((dir / "output.txt").string(), output);
   for (int k = 0; k < run.ranks; ++k) {

@@ -342,14 +342,15 @@ void confine(const Sandbox& sandbox, LaunchSpec& spec, const std::string& writab
       if (p == p.parent_path()) break;
     }
     spec.extra_env["HOME"] = w.string();
-    std::vector<std::string> in_run_folder = {"env", "--chdir=" + w.string()};  // its working directory, as in bwrap
-    in_run_folder.insert(in_run_folder.end(), spec.command.begin(), spec.command.end());
-    spec.command = user_command(in_run_folder, kRunUid, sandbox.run_as);
+    // its working directory, as in bwrap
+    spec.wrapper = user_command({"env", "--chdir=" + w.string()}, kRunUid, sandbox.run_as);
     return;
   }
   std::vector<std::string> readable = sandbox.read_only;
   readable.insert(readable.end(), extra_read_only.begin(), extra_read_only.end());
-  spec.command = bwrap_command(sandbox.bwrap, spec.command, readable, writable);
+  if (!spec.command.empty()) readable.push_back(spec.command[0]);
+  // In front of each rank, or of mpirun (LaunchSpec::wrapper): one sandbox for the whole job then.
+  spec.wrapper = bwrap_command(sandbox.bwrap, {}, readable, writable);
 }
 
 void restore_signals(const Sandbox& sandbox, LaunchResult& result) {

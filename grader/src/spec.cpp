@@ -284,6 +284,11 @@ void parse_runs(const std::string& path, const toml::table& root, LabSpec& s, st
       run.save_model = r.flag("save_model", false);
       run.expect_failure = r.flag("expect_failure", false);
       run.data = r.str("data", false);
+      run.backend = r.str("backend", false);
+      if (!run.backend.empty() && run.backend != "auto" && run.backend != "c10d" && run.backend != "mpi") {
+        throw ConfigError(fmt::format("{}: run '{}': backend '{}': expected auto, c10d or mpi", where(path, e),
+                                      run.name, run.backend));
+      }
       if (!run.data.empty() && fs::path(run.data).is_relative()) {
         run.data = (fs::absolute(path).parent_path() / run.data).lexically_normal().string();
       }
@@ -460,6 +465,13 @@ LabSpec load_spec(const std::string& path, const std::vector<std::string>& overl
     const toml::table& lab = table_at(path, root, "lab");
     Reader r(path, lab, "[lab]");
     s.title = r.str("title", true);
+    if (const auto* b = lab.get("backend")) {
+      s.backend = r.str("backend", false);
+      if (s.backend != "auto" && s.backend != "c10d" && s.backend != "mpi") {
+        throw ConfigError(
+            fmt::format("{}: [lab] backend '{}': expected auto, c10d or mpi", where(path, *b), s.backend));
+      }
+    }
     if (const auto folder = lab_folder_of(path)) {
       for (const char* key : {"id", "folder", "program", "manifest", "exercises"}) {
         if (const auto* n = lab.get(key)) {

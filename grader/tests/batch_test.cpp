@@ -12,6 +12,7 @@
 
 #include "ddplab/data/shard.h"
 #include "ddplab/error.h"
+#include "ddplab/launch.h"
 #include "ddplab/grader/batch.h"
 #include "scratch_dir.h"
 
@@ -318,6 +319,21 @@ TEST_F(Batch, CalibrationIsKeyedByProcessorCoresAndDataContentNotHostOrPath) {
   meta.seed = 7;
   write_meta("b", meta);
   EXPECT_NE(key, calibration_key((dir_ / "b").string())) << "another data set";
+}
+
+TEST_F(Batch, CalibrationIsKeyedByTheTransportOfTheMultiRankRuns) {
+  // A scaling reference measured over Gloo must not judge runs over Open MPI's shared memory.
+  write_meta("a", small_meta());
+  const std::string a = (dir_ / "a").string();
+  EXPECT_NE(calibration_key(a, "c10d"), calibration_key(a, "mpi"));
+  EXPECT_NE(calibration_key(a, "mpi").find("| multi-rank runs over mpi"), std::string::npos)
+      << calibration_key(a, "mpi");
+  // "" and "auto" are what auto resolves to here.
+  EXPECT_EQ(calibration_key(a, ""), calibration_key(a, multi_rank_backend("auto")));
+  ddplab::LaunchSpec two;
+  two.nproc = 2;
+  EXPECT_EQ(multi_rank_backend("auto"), ddplab::mpi_launch_problem(two).empty() ? "mpi" : "c10d");
+  EXPECT_EQ(multi_rank_backend("c10d"), "c10d");
 }
 
 TEST_F(Batch, ACalibrationIsStaleWhenAbsentAnotherMachinesOrMissingAFigure) {

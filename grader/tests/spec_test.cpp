@@ -116,6 +116,30 @@ TEST_F(Scratch, ARunMayBeExpectedToFail) {
       << error_of(saving);
 }
 
+// Who starts a lab's multi-rank runs: the lab's choice (auto by default), a run's own over it;
+// anything but auto, c10d or mpi is refused with the file, the line and the run.
+TEST_F(Scratch, ALabOrARunMayPinTheTransportOfItsRanks) {
+  const LabSpec plain = load_spec(write("grade.toml", spec_text()));
+  EXPECT_EQ(plain.backend, "auto");
+  EXPECT_EQ(plain.runs[0].backend, "");  // the lab's
+  std::string lab = spec_text();
+  lab.insert(lab.find("[[run]]"), "backend = \"c10d\"\n\n");
+  EXPECT_EQ(load_spec(write("grade.toml", lab)).backend, "c10d");
+  std::string run = spec_text();
+  run.insert(run.find("[[check]]"), "backend = \"mpi\"\n\n");
+  const LabSpec pinned = load_spec(write("grade.toml", run));
+  EXPECT_EQ(pinned.backend, "auto");
+  EXPECT_EQ(pinned.runs[0].backend, "mpi");
+  std::string bad_lab = spec_text();
+  bad_lab.insert(bad_lab.find("[[run]]"), "backend = \"gloo\"\n\n");
+  EXPECT_NE(error_of(bad_lab).find("[lab] backend 'gloo': expected auto, c10d or mpi"), std::string::npos)
+      << error_of(bad_lab);
+  std::string bad_run = spec_text();
+  bad_run.insert(bad_run.find("[[check]]"), "backend = \"nccl\"\n\n");
+  EXPECT_NE(error_of(bad_run).find("run 'r': backend 'nccl': expected auto, c10d or mpi"), std::string::npos)
+      << error_of(bad_run);
+}
+
 TEST_F(Scratch, ErrorsNameTheFileTheLineAndTheProblem) {
   EXPECT_NE(error_of("[lab]\nid = \n").find("grade.toml:2"), std::string::npos);  // TOML syntax
   EXPECT_NE(error_of(spec_text("run = \"nowhere\"\n").replace(spec_text().find("run = \"r\""), 9, ""))

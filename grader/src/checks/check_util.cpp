@@ -70,6 +70,15 @@ std::string stall_line(const std::string& log) {
   return "";
 }
 
+std::string out_of_step_line(const std::string& log) {
+  const auto at = log.find("collectives out of step at #");
+  if (at == std::string::npos) return "";
+  const auto end = log.find_first_of("(\n", at);
+  std::string s = log.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
 namespace {
 
 /// The first rank's own error message ("rank 1: ..."), preferring one that is not a collective
@@ -99,6 +108,9 @@ std::string failure_diagnosis(const RunOutcome& run, const GradeContext& ctx) {
   if (log.find("bad_alloc") != std::string::npos || log.find("can't allocate memory") != std::string::npos ||
       log.find("Cannot allocate memory") != std::string::npos) {
     return fmt::format("ran out of memory (the grader allows {:.0f} MiB per rank)", ctx.spec.memory_limit_mb);
+  }
+  if (const std::string step = out_of_step_line(log); !step.empty()) {
+    return "the ranks called different collectives (a rank skipped one or called another in its place): " + step;
   }
   if (!stall_line(log).empty()) {
     return "a collective timed out (a rank skipped it or called a different one): " + stall_line(log);

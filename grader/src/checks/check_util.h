@@ -34,6 +34,10 @@ std::string grouped(uint64_t n);
 /// out ("rank 0 ... allreduce #12 ... did not complete within ..."), or "".
 std::string stall_line(const std::string& log);
 
+/// The mpi backend's check that every rank entered the same collective (dist/mpi_backend.h):
+/// "collectives out of step at #13: rank 0 allreduce float[2678304]; rank 1 allgather long[2]", or "".
+std::string out_of_step_line(const std::string& log);
+
 /// Checks that the runs a check reads completed well enough to be judged, and explains why not
 /// (sets r). `need_ok`: the check needs a complete run (no exercise may be missing). A run with
 /// expect_failure is usable when it exited non-zero on its own (not timed out, no exercise not

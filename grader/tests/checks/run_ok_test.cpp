@@ -52,6 +52,24 @@ TEST_F(RunOkCheck, AnUndefinedTensorIsNamedAsTheCause) {
   EXPECT_TRUE(has(grade("ok"), Status::kFailed, "a rank used an undefined torch::Tensor"));
 }
 
+// Over the mpi backend a skipped collective is found before data moves (the ranks' entries are
+// compared): the diagnosis names both ranks' collectives, not a crash or "the program failed".
+TEST_F(RunOkCheck, CollectivesOutOfStepAreNamedWithBothRanks) {
+  auto& run = add_run("r", {good_report(), good_report()});
+  run.exit_code = 1;
+  run.summary = "rank 0 exited with status 1";
+  run.log_tail =
+      "[rank 0] error: [rank 0] rank 0: allreduce #14 (10713216 bytes): collectives out of step at #14: rank 0 "
+      "allreduce float[2678304]; rank 1 allgather long[2] (the mpi backend compared what each rank entered before "
+      "moving data: ...)\n";
+  const auto r = grade("ok");
+  EXPECT_TRUE(has(r, Status::kFailed,
+                  "the ranks called different collectives (a rank skipped one or called another in its place): "
+                  "collectives out of step at #14: rank 0 allreduce float[2678304]; rank 1 allgather long[2]"))
+      << r.diagnosis;
+  EXPECT_EQ(r.diagnosis.find("(the mpi backend"), std::string::npos) << r.diagnosis;
+}
+
 TEST_F(RunOkCheck, ARanksOwnErrorIsTheCauseOfItsPeersTimeout) {
   // Rank 1 stops on its own error; rank 0 then times out in the collective rank 1 never joined.
   // The observed cause is rank 1's error, and the stall is named as its consequence.

@@ -69,6 +69,7 @@ struct RunOutcome {
   std::string log_tail;                    ///< the last lines of output (for failed runs)
   std::vector<std::string> not_attempted;  ///< exercise ids the program reported as not attempted
   bool expect_failure = false;             ///< the spec's: the run is meant to stop with an error
+  std::string backend;                     ///< how its ranks were started: "c10d" or "mpi" (LaunchResult)
   bool ok() const { return exit_code == 0 && !timed_out; }
 };
 
@@ -85,6 +86,9 @@ struct GradeOptions {
   double run_timeout_s = 0;              ///< overrides the spec's [limits] run_timeout_s (0: the spec's)
   double test_timeout_s = 0;             ///< overrides the spec's [limits] test_timeout_s (0: the spec's)
   std::string sandbox = "auto";          ///< how student programs run: auto, required, bwrap, user or none (sandbox.h)
+  /// `--backend`: who starts the multi-rank runs of labs and runs whose spec says "auto" (c10d,
+  /// mpi or auto); a pinned lab or run keeps its own. "" = the spec's.
+  std::string backend;
   /// What a submission must not read besides solutions/ and the calibration: the instructor's
   /// overlays and other submissions (a batch's folder). Hidden from its build; in the
   /// unprivileged-user sandbox, checked unreadable before grading.
@@ -133,7 +137,10 @@ std::string this_build_dir();
 std::string machine_id();
 /// What calibration figures are valid for: this machine (machine_id()) and the data set the runs
 /// train on, by content (its meta.json), not by path.
-std::string calibration_key(const std::string& data_dir);
+std::string calibration_key(const std::string& data_dir, const std::string& backend = "");
+/// What the multi-rank runs of a lab left at "auto" go over under `ddplab grade --backend
+/// <backend>` ("" = auto): "mpi" where Open MPI's mpirun can start them here, else "c10d".
+std::string multi_rank_backend(const std::string& backend);
 std::string default_calibration_path(const std::string& build_dir);
 /// The figures stored for `key` in `path` (none if the file is absent or holds another key).
 Calibration load_calibration(const std::string& path, const std::string& key);
@@ -186,6 +193,8 @@ struct LabResult {
   /// CODE regions, "file:line: ..." per file (every check then fails, nothing is built or run).
   std::vector<std::string> rule_errors;
   std::string out_dir;
+  /// Run name -> how its ranks were started ("c10d" or "mpi"), for the runs this grading made.
+  std::map<std::string, std::string> run_backends;
 };
 
 /// The run's arguments with --train-samples/--eval-samples capped to the data set in `data_dir`.

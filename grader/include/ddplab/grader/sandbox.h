@@ -98,7 +98,8 @@ std::vector<std::string> bwrap_command(const std::string& bwrap, const std::vect
 std::vector<std::string> bwrap_build_command(const std::string& bwrap, const std::vector<std::string>& command,
                                              const std::string& build_dir, const std::vector<std::string>& hidden);
 
-/// Confines the job `spec` describes (if `sandbox` is enabled): its command runs under bwrap with
+/// Confines the job `spec` describes (if `sandbox` is enabled, through spec.wrapper: one sandbox for
+/// every rank under --backend mpi): its command runs under bwrap with
 /// `writable` as its only writable folder, or as kRunUid with `writable` its own (chowned, 0700;
 /// the folders above it inside the grader's output folder made traversable), and TMPDIR points
 /// into it. `extra_read_only`: what this program also reads. Without a sandbox, only TMPDIR is set.

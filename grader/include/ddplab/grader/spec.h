@@ -32,6 +32,9 @@ struct RunSpec {
   /// A data set of the run's own (an overlay's private test data), an absolute path; "" = the
   /// grading's --data.
   std::string data;
+  /// Who starts its ranks (`backend` in TOML: auto, c10d or mpi, as `ddplab launch --backend`);
+  /// "" = the lab's.
+  std::string backend;
 };
 
 /// Thrown when a check reads a parameter its kind does not declare: a bug in the grader.
@@ -94,6 +97,11 @@ struct LabSpec {
   double memory_limit_mb = 4096;       ///< per rank, address space
   double run_timeout_s = 120;          ///< default per run
   double test_timeout_s = 120;         ///< per unit-test check
+  /// [lab] backend: who starts the multi-rank runs and what their collectives go over — "auto"
+  /// (Open MPI's shared memory through mpirun where the kit has it, else c10d), or pinned: "c10d"
+  /// (the kit's launcher, Gloo on CPU) where the lesson is c10d's own (its rendezvous, its store's
+  /// diagnosis of a hang), "mpi". `ddplab grade --backend` overrides "auto" only.
+  std::string backend = "auto";
   std::vector<RunSpec> runs;
   std::vector<CheckSpec> checks;
   /// [forbidden]: per exercise id, the kit functions (or classes, namespaces) its code may not
