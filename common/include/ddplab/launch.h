@@ -31,8 +31,8 @@ const char* cpu_bind_name(CpuBind bind);
 /// mpirun starts them, one app context per rank so that each still gets the kit's variables (RANK,
 /// MASTER_ADDR, ..., DDPLAB_CPUS) and cores, with DDPLAB_BACKEND=mpi: the collectives go through
 /// Open MPI's shared memory (5-6 us for an all-reduce of up to 1 KiB on the 2-core VM, the kit's
-/// in-step comparison included, where Gloo took ~150 us; docs/concepts/gradient-sync.md). kAuto: kMpi where it can start the job
-/// (mpi_launch_problem is empty) and the job has two or more ranks, else kC10d.
+/// in-step comparison included, where Gloo took ~150 us; docs/concepts/gradient-sync.md). kAuto: kMpi where it can
+/// start the job (mpi_launch_problem is empty) and the job has two or more ranks, else kC10d.
 enum class LaunchBackend { kC10d, kMpi, kAuto };
 /// "c10d", "mpi" or "auto"; throws ConfigError naming `flag` otherwise.
 LaunchBackend parse_launch_backend(const std::string& text, const std::string& flag = "--backend");
