@@ -31,6 +31,10 @@ void add_flags(ddplab::LabFlags& f, Flags& flags) {
   f.option("--order", flags.order,
            "Base order of the samples: natural, or label-sorted (click logs grouped by outcome)")
       ->check(CLI::IsMember({"natural", "label-sorted"}));
+  f.option("--adam", flags.adam,
+           "Adam implementation: fused (the kit's one pass, row-sparse embedding gradients) or torch "
+           "(torch::optim::Adam, dense gradients)")
+      ->check(CLI::IsMember({"fused", "torch"}));
 }
 
 void add_probes(ddplab::LabProgram& program, const Flags& flags) {

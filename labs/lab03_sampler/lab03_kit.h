@@ -18,6 +18,10 @@ namespace lab03 {
 struct Flags {
   SamplerConfig sampler;
   std::string shard = "strided", tail = "pad", order = "natural";
+  /// The optimizer: "fused" (the kit's one-pass Adam, with row-sparse embedding gradients on the
+  /// CPU) or "torch" (torch::optim::Adam on dense gradients, the driver before issue 33). The same
+  /// algorithm and the same numbers; the first makes the step's replicated part cheaper.
+  std::string adam = "fused";
   /// The sampler's configuration with the parsed flags and `seed`.
   SamplerConfig config(uint64_t seed) const;
 };

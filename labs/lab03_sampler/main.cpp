@@ -2,13 +2,16 @@
 // job, starts from rank 0's weights, takes its shard of one shared per-epoch order and averages
 // gradients (the runtime's sparse sync: embedding rows by all-gather, the MLP by a bucketed
 // all-reduce); the run shows, as numbers, that every sample is seen exactly once per epoch, how
-// the tail was evened out, and each rank's click rate (lab03_kit.h).
+// the tail was evened out, and each rank's click rate (lab03_kit.h). Adam is the kit's one-pass
+// FusedAdam with row-sparse embedding gradients (--adam torch: torch's Adam on dense gradients; the
+// same numbers, a costlier step on every rank: docs/concepts/gradient-sync.md).
 // Not edited by students.
 #include "lab03_kit.h"
 #include "sampler.h"
 
 #include "ddplab/dist/agree.h"
 #include "ddplab/dist/grad_sync.h"
+#include "ddplab/fused_adam.h"
 #include "ddplab/lab.h"
 #include "ddplab/log.h"
 #include "ddplab/train.h"
@@ -34,9 +37,12 @@ int main(int argc, char** argv) {
     lab03::DistributedSampler sampler(n, run.rank(), run.world_size(), cfg, base, labels,
                                       [&](const NotImplemented& e) { run.not_attempted(e); });
 
-    DeepFM model;
+    DeepFMOptions model_options;
+    // Row-sparse table gradients need the one-pass Adam on the CPU (the sparse sync takes them).
+    model_options.sparse_gradients = f.adam == "fused" && run.device().is_cpu();
+    DeepFM model(model_options);
     run.replicate(*model, *comm);
-    torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(run.lr()));
+    auto optimizer = optim::make_adam(f.adam, model->parameters(), torch::optim::AdamOptions(run.lr()));
     auto sync = dist::make_grad_sync(dist::SyncStrategy::kSparse, *comm, model->parameters());
 
     // Equal step counts on every rank are what keeps the collectives matched (03.3).
@@ -52,7 +58,7 @@ int main(int argc, char** argv) {
       const auto rates = lab03::click_rates(*comm, run, epoch, sampler.indices());
       data::BatchLoader loader(run.train(), sampler.indices(), run.batch(), run.device());
       const EpochSummary& done = run.run_epoch(epoch, loader, [&](const data::Batch& b) {
-        return train_step(model, optimizer, b, run.timer(), sync.get());
+        return train_step(model, *optimizer, b, run.timer(), sync.get());
       });
       lab03::epoch_coverage(run, *comm, done, sampler, n, rates);  // every sample once? the verdict
     }
