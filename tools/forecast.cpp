@@ -52,10 +52,13 @@ struct ForecastOptions {
   std::vector<std::string> args;
 };
 
-/// `ddplab bench allreduce` at 2 ranks, 4 B to `max_bytes`, its rows written to `out`.
+/// `ddplab bench allreduce` at 2 ranks, 4 B to `max_bytes`, its rows written to `out`; started as
+/// the job being forecast is (--backend auto: over Open MPI where the kit has it), so the ring is
+/// fitted to the transport the template's runs use.
 std::pair<std::vector<Timing>, int> measure_allreduce(const fs::path& out, int64_t max_bytes, double timeout_s) {
   LaunchSpec spec;
   spec.nproc = 2;
+  spec.backend = LaunchBackend::kAuto;
   spec.command = {fs::canonical("/proc/self/exe").string(),
                   "bench",
                   "allreduce",

@@ -28,6 +28,10 @@ void add_flags(ddplab::LabFlags& f, Settings& s) {
   f.option("--precision", s.precision,
            "fp32; bf16 (autocast, no loss scaling needed); fp16 (autocast with the loss scaler: CUDA only)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+  f.option("--adam", s.adam,
+           "Adam implementation: fused (the kit's one pass; row-sparse embedding gradients under --sync sparse on the "
+           "CPU) or torch (torch::optim::Adam, dense gradients)")
+      ->check(CLI::IsMember({"fused", "torch"}));
   f.option("--accumulate", s.accumulate, "Micro-batches of --batch per optimizer step")->check(CLI::PositiveNumber);
   f.option("--warmup-steps", s.warmup_steps, "Optimizer steps of linear warm-up to the scaled learning rate")
       ->check(CLI::NonNegativeNumber);

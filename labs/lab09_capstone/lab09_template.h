@@ -27,6 +27,9 @@ namespace lab09 {
 /// The template's settings, each a flag and a key of --config.
 struct Settings {
   std::string sync = "bucketed", precision = "fp32";
+  /// torch: torch::optim::Adam; fused: the kit's one-pass Adam, with row-sparse table gradients
+  /// under --sync sparse on the CPU (the same algorithm; template.toml takes it).
+  std::string adam = "torch";
   int64_t accumulate = 1, warmup_steps = 0, embedding_dim = 16;
   double input_dropout = 0;    ///< dropout on the dense features while training (draws random numbers)
   std::string checkpoint_dir;  ///< "": checkpoints/ next to the report

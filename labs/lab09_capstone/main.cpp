@@ -3,7 +3,8 @@
 // the shared shuffle cut into global batches (the sampler, set_epoch included), a rung of the
 // gradient-sync ladder (--sync), bf16 autocast (--precision), the linear LR rule with warm-up,
 // gradient accumulation, dropout on the dense features (--input-dropout, drawn from the job's
-// generator), and the progress line with throughput, memory and cost so far. On top,
+// generator), the kit's one-pass Adam (--adam; row-sparse table gradients under --sync sparse on
+// the CPU), and the progress line with throughput, memory and cost so far. On top,
 // the student's pieces: checkpoints every --checkpoint-every steps, on SIGTERM and at a budget
 // stop, written by 09.1 and resumed from by 09.2 (--resume, --resume-from), and the cost meter
 // and budget alarm of 09.3 (--instance, --prices, --budget-usd). The apparatus around them is in
@@ -18,6 +19,7 @@
 
 #include "ddplab/amp.h"
 #include "ddplab/dist/grad_sync.h"
+#include "ddplab/fused_adam.h"
 #include "ddplab/grad_scaler.h"
 #include "ddplab/lab.h"
 #include "ddplab/log.h"
@@ -46,12 +48,15 @@ int main(int argc, char** argv) {
 
     DeepFMOptions mo;
     mo.embedding_dim = s.embedding_dim;
+    // Row-sparse table gradients need the one-pass Adam on the CPU and the sync that takes them.
+    mo.sparse_gradients = s.adam == "fused" && run.device().is_cpu() && s.sync == "sparse";
     DeepFM model(mo);
     run.replicate(*model, *comm);
     const int64_t K = s.accumulate, B = run.batch();
     const int64_t global_batch = W * B * K;
     const double target_lr = run.options().effective_lr(global_batch);
-    torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(target_lr));
+    const auto adam = optim::make_adam(s.adam, model->parameters(), torch::optim::AdamOptions(target_lr));
+    torch::optim::Optimizer& optimizer = *adam;
     auto sync = dist::make_grad_sync(dist::parse_sync_strategy(s.sync), *comm, model->parameters());
     // fp16: the loss scaler, one decision to skip a step for every rank.
     std::optional<amp::GradScaler> scaler;
