@@ -82,6 +82,13 @@ std::string where(const std::string& path, const toml::node& n) {
   return fmt::format("{}:{}", path, n.source().begin.line);
 }
 
+/// A `backend` key's value (of [lab] or a [[run]]): one of `ddplab launch --backend`'s, or "" where
+/// `empty_ok` (a run's "" is the lab's); `what` says where ("path:line: [lab] backend").
+void check_backend(const std::string& value, const std::string& what, bool empty_ok) {
+  if ((empty_ok && value.empty()) || value == "auto" || value == "c10d" || value == "mpi") return;
+  throw ConfigError(fmt::format("{} '{}': expected auto, c10d or mpi", what, value));
+}
+
 nlohmann::json to_json(const toml::node& n) {
   if (auto t = n.as_table()) {
     nlohmann::json j = nlohmann::json::object();
@@ -285,10 +292,7 @@ void parse_runs(const std::string& path, const toml::table& root, LabSpec& s, st
       run.expect_failure = r.flag("expect_failure", false);
       run.data = r.str("data", false);
       run.backend = r.str("backend", false);
-      if (!run.backend.empty() && run.backend != "auto" && run.backend != "c10d" && run.backend != "mpi") {
-        throw ConfigError(fmt::format("{}: run '{}': backend '{}': expected auto, c10d or mpi", where(path, e),
-                                      run.name, run.backend));
-      }
+      check_backend(run.backend, fmt::format("{}: run '{}': backend", where(path, e), run.name), true);
       if (!run.data.empty() && fs::path(run.data).is_relative()) {
         run.data = (fs::absolute(path).parent_path() / run.data).lexically_normal().string();
       }
@@ -467,10 +471,7 @@ LabSpec load_spec(const std::string& path, const std::vector<std::string>& overl
     s.title = r.str("title", true);
     if (const auto* b = lab.get("backend")) {
       s.backend = r.str("backend", false);
-      if (s.backend != "auto" && s.backend != "c10d" && s.backend != "mpi") {
-        throw ConfigError(
-            fmt::format("{}: [lab] backend '{}': expected auto, c10d or mpi", where(path, *b), s.backend));
-      }
+      check_backend(s.backend, fmt::format("{}: [lab] backend", where(path, *b)), false);
     }
     if (const auto folder = lab_folder_of(path)) {
       for (const char* key : {"id", "folder", "program", "manifest", "exercises"}) {

@@ -6,13 +6,13 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <memory>
-#include <functional>
-#include <atomic>
 #include <mutex>
 #include <stdexcept>
 
@@ -277,17 +277,13 @@ c10::intrusive_ptr<compat::Work> MpiBackend::collective(const char* op, const at
   all.push_back([table, comm](MPI_Request* r) {
     return MPI_Iallgather(table->data(), kEntry, MPI_INT64_T, table->data() + kEntry, kEntry, MPI_INT64_T, comm, r);
   });
-  // The data moves only once every rank's entry is known to match.
-  for (size_t i = 0; i < steps.size(); ++i) {
-    if (i == 0) {
-      Start first = std::move(steps[0]);
-      all.push_back([table, n, first](MPI_Request* r) {
-        compare_entries(*table, n);
-        return first(r);
-      });
-    } else {
-      all.push_back(std::move(steps[i]));
-    }
+  // The data moves only once every rank's entry is known to match: the first step compares.
+  if (!steps.empty()) {
+    all.push_back([table, n, first = std::move(steps.front())](MPI_Request* r) {
+      compare_entries(*table, n);
+      return first(r);
+    });
+    all.insert(all.end(), std::make_move_iterator(steps.begin() + 1), std::make_move_iterator(steps.end()));
   }
   return c10::make_intrusive<MpiWork>(std::move(keep), std::move(all), name, std::move(done));
 }

@@ -53,8 +53,6 @@ class MpiBackend final : public compat::Backend {
   ~MpiBackend() override;
   /// Starts one MPI call of a collective, returns its error code.
   using Start = std::function<int(MPI_Request*)>;
-  /// Whether collectives are compared before they move data (DDPLAB_MPI_CHECK, on by default).
-  bool checks_collectives() const noexcept { return check_; }
 
   const std::string getBackendName() const override { return "mpi"; }
   c10::intrusive_ptr<compat::Work> broadcast(std::vector<at::Tensor>& tensors,
