@@ -36,15 +36,11 @@ for ((r = 1; r <= ${REPS:-2}; r++)); do
   echo "r${r}_cap done" >&2
   run "r${r}_4_default_fused" "$BIN/ddplab" launch -n 4 -- "${lab[0]}"
 done
-python3 - "$OUT" "${REPS:-2}" <<'EOF'
-import json, os, sys
+PYTHONPATH="$(dirname "$0")${PYTHONPATH:+:$PYTHONPATH}" python3 - "$OUT" "${REPS:-2}" <<'EOF'
+import functools, sys
+import sweep_reports
 out, reps = sys.argv[1], int(sys.argv[2])
-def reports(name):
-    r, k = [], 0
-    while os.path.exists(f"{out}/{name}.rank{k}.json"):
-        r.append(json.load(open(f"{out}/{name}.rank{k}.json")))
-        k += 1
-    return r
+reports = functools.partial(sweep_reports.reports, out)  # every rank's report of a run
 def rate(r):  # the job's unique samples/s: every rank's unique samples over the slowest rank's epoch
     return sum(x["samples"]["unique"] for x in r) / max(x["epochs"][0]["seconds"] for x in r)
 print("| round | run | ranks | transport | epoch s | unique samples/s | efficiency (vs the 1-rank run, same Adam) | comm | optimizer | test AUC |")

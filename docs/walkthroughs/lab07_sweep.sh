@@ -44,15 +44,11 @@ if [[ " $PARTS " == *" memory "* ]]; then
   done
 fi
 # shellcheck disable=SC2086
-python3 - "$OUT" $DIMS <<'EOF'
-import json, os, sys
+PYTHONPATH="$(dirname "$0")${PYTHONPATH:+:$PYTHONPATH}" python3 - "$OUT" $DIMS <<'EOF'
+import functools, sys
+import sweep_reports
 out = sys.argv[1]
-def reports(name):
-    r, k = [], 0
-    while os.path.exists(f"{out}/{name}.rank{k}.json"):
-        r.append(json.load(open(f"{out}/{name}.rank{k}.json")))
-        k += 1
-    return r
+reports = functools.partial(sweep_reports.reports, out)  # every rank's report of a run
 def mib(b):
     return f"{b / 2**20:.1f}"
 print("| run | ranks | unique samples/s | step ms (median) | idle per rank | bytes per step (rank 0 sends) | test AUC |")

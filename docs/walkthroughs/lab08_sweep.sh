@@ -34,15 +34,11 @@ done
 run text_sync_1_t2 1 --text "$TEXT" --loader sync --threads 2
 run text_prefetch_w1_1_t2 1 --text "$TEXT" --loader prefetch --workers 1 --threads 2
 run binary_1_t2 1 --source binary --threads 2
-python3 - "$OUT" <<'PY'
-import json, os, sys
+PYTHONPATH="$(dirname "$0")${PYTHONPATH:+:$PYTHONPATH}" python3 - "$OUT" <<'PY'
+import functools, sys
+import sweep_reports
 out = sys.argv[1]
-def reports(name):
-    r, k = [], 0
-    while os.path.exists(f"{out}/{name}.rank{k}.json"):
-        r.append(json.load(open(f"{out}/{name}.rank{k}.json")))
-        k += 1
-    return r
+reports = functools.partial(sweep_reports.reports, out)  # every rank's report of a run
 rows = [("text_sync_1", "text, parsed on the training thread", 1, 1),
         ("text_prefetch_w1_1", "text, prefetched by 1 worker", 1, 1),
         ("text_prefetch_w2_1", "text, prefetched by 2 workers", 1, 1),
