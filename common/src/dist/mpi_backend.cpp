@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -240,6 +241,26 @@ void mpi_init_for(int rank, int size) {
   if (mpi_rank != rank || mpi_size != size) {
     throw ConfigError(fmt::format("--backend mpi: MPI says rank {} of {}, the launcher's variables rank {} of {}",
                                   mpi_rank, mpi_size, rank, size));
+  }
+}
+
+int mpi_share_from_rank0(int value, std::chrono::milliseconds timeout, const char* what) {
+  int shared = value;
+  MPI_Request request = MPI_REQUEST_NULL;
+  check(MPI_Ibcast(&shared, 1, MPI_INT, 0, MPI_COMM_WORLD, &request), "MPI_Ibcast");
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int done = 0;;) {
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done != 0) return shared;
+    if (std::chrono::steady_clock::now() > deadline) {
+      int rank = -1;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+      abandon_mpi();
+      throw Error(
+          fmt::format("rank {}: rank 0's broadcast of {} did not finish in {} s (did every rank start the job?)", rank,
+                      what, std::chrono::duration_cast<std::chrono::seconds>(timeout).count()));
+    }
+    sched_yield();
   }
 }
 

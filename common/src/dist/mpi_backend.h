@@ -27,6 +27,13 @@ namespace ddplab::dist {
 /// by mpirun (an MPI singleton of a job of several ranks) or the ranks disagree.
 void mpi_init_for(int rank, int size);
 
+/// Rank 0's `value` on every rank (an MPI broadcast over MPI_COMM_WORLD, polled so that it gives up
+/// after `timeout` with an error naming what it waited for). After mpi_init_for. The mpi backend's
+/// ranks learn the port of rank 0's TCPStore this way: a port the launcher found free and let go of
+/// can be taken by mpirun's own sockets before rank 0 binds it (seen in CI: rank 1 connected to
+/// another listener and had its connection reset).
+int mpi_share_from_rank0(int value, std::chrono::milliseconds timeout, const char* what);
+
 /// Leaves MPI without finalizing, for a rank whose collective failed (timed out or out of step):
 /// MPI_Finalize would wait for the peer that never came, while the c10d path aborts its backend
 /// and exits. Once called, the process's exit skips MPI_Finalize; mpirun then stops the job's other

@@ -166,27 +166,42 @@ std::unique_ptr<ProcessGroup> ProcessGroup::join(const Environment& env, torch::
                                                  const ProcessGroupOptions& opts) {
   ignore_sigpipe_once();  // the TCPStore's sockets too
   c10::intrusive_ptr<compat::Store> store;
-  // MPI wires its ranks itself (mpirun). The kit's launcher still gives them a free MASTER_PORT,
-  // so they share a TCPStore there for what it carries besides the rendezvous: each rank's last
-  // collective, which names the rank that never entered one when a collective times out. Under
-  // a plain mpirun the port is only the default 29500, which another job may hold: no store.
+  // MPI wires its ranks itself (mpirun). Under the kit's launcher they still share a TCPStore for
+  // what it carries besides the rendezvous: each rank's last collective, which names the rank that
+  // never entered one when a collective times out. Under a plain mpirun: no store. Rank 0 serves
+  // it on a port the kernel picks and MPI tells the others which: the launcher's MASTER_PORT was
+  // free when it looked, but mpirun's daemons and MPI_Init open sockets on ephemeral ports before
+  // rank 0 binds, and one took it (CI: rank 1 reached another listener, "Connection reset by peer").
   const bool kit_launcher = std::getenv("DDPLAB_LAUNCHER") != nullptr;
-  if (!env.distributed() || (opts.backend == "mpi" && !kit_launcher)) {
+  const bool over_mpi = opts.backend == "mpi" && env.world_size > 1;
+  if (!env.distributed() || (over_mpi && !kit_launcher)) {
     store = c10::make_intrusive<c10d::HashStore>();
   } else {
     c10d::TCPStoreOptions o;
     o.port = static_cast<std::uint16_t>(env.master_port);
     o.isServer = env.rank == 0;
     o.numWorkers = static_cast<size_t>(env.world_size);
-    o.waitWorkers = true;
+    o.waitWorkers = !over_mpi;  // over MPI the others learn the port after rank 0 serves it
     o.timeout = opts.timeout;
+#ifdef DDPLAB_HAVE_MPI
+    if (over_mpi) {
+      mpi_init_for(env.rank, env.world_size);
+      o.port =
+          env.rank == 0 ? 0 : static_cast<std::uint16_t>(mpi_share_from_rank0(0, opts.timeout, "its TCPStore's port"));
+    }
+#endif
     try {
       store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
     } catch (const std::exception& e) {
-      throw Error(fmt::format("rank {}: rendezvous at {}:{} failed ({}): {}", env.rank, env.master_addr,
-                              env.master_port, env.rank == 0 ? "serving the TCPStore" : "connecting to rank 0",
-                              e.what()));
+      throw Error(fmt::format("rank {}: rendezvous at {}:{} failed ({}): {}", env.rank, env.master_addr, o.port,
+                              env.rank == 0 ? "serving the TCPStore" : "connecting to rank 0", e.what()));
     }
+#ifdef DDPLAB_HAVE_MPI
+    if (over_mpi && env.rank == 0) {
+      (void)mpi_share_from_rank0(static_cast<c10d::TCPStore*>(store.get())->getPort(), opts.timeout,
+                                 "its TCPStore's port");
+    }
+#endif
   }
   auto pg = std::make_unique<ProcessGroup>(store, env.rank, env.world_size, device, opts);
   return pg;
