@@ -186,8 +186,17 @@ int run_forecast(const ForecastOptions& o) {
     const Rung rung = parse_rung(sync);
     Model model = deepfm_model(cfg.value("embedding_dim", int64_t{16}));
     const std::string data_dir = cfg.at("data").get<std::string>();
-    model.rows_touched = measure_rows_touched(data_dir, batch, cfg.value("seed", uint64_t{0}));
-    model.sparse_work = measure_sparse_work(model);
+    const BatchRows batch_rows = measure_batch_rows(data_dir, batch, cfg.value("seed", uint64_t{0}));
+    model.rows_touched = batch_rows.distinct;
+    model.lookups = batch_rows.lookups;
+    // The one-pass Adam takes row-sparse table gradients, which the sparse rung sends as they are.
+    model.row_sparse = cfg.value("adam", std::string("torch")) == "fused";
+    if (model.row_sparse) {
+      model.row_sparse_work = measure_row_sparse_work(model);
+    } else {
+      model.sparse_work = measure_sparse_work(model);
+    }
+    const SparseWork& work = model.row_sparse ? model.row_sparse_work : model.sparse_work;
     // A program's all-reduces a step besides the gradients', as its report says (lab 09's template
     // agrees on stopping every step: an 8-byte all-reduce of its stop flags).
     model.control_allreduces =
@@ -198,11 +207,12 @@ int run_forecast(const ForecastOptions& o) {
     fmt::print(
         "one rank of this machine: {:.2f} ms a step at batch {} ({:.2f} us a sample, {:.2f} ms a step besides; "
         "backward {:.2f} us a sample); DeepFM {:.2f} MB of gradients, {:.0f} distinct rows a batch (the sparse "
-        "rung's own work: {:.2f} ms a step + {:.2f} ms a rank); {} control all-reduce(s) a step; an epoch is {:.0f} "
+        "rung's own work{}: {:.2f} ms a step + {:.2f} ms a rank); {} control all-reduce(s) a step; an epoch is {:.0f} "
         "samples\n",
         compute.step_seconds(batch) * 1e3, batch, compute.per_sample_s * 1e6, compute.per_step_s * 1e3,
         compute.backward_per_sample_s * 1e6, model.gradient_bytes() / 1e6, model.rows_touched,
-        model.sparse_work.scan_s * 1e3, model.sparse_work.per_rank_s * 1e3, model.control_allreduces, epoch);
+        model.row_sparse ? fmt::format(" on row-sparse gradients, {:.0f} lookups a batch", model.lookups) : "",
+        work.scan_s * 1e3, work.per_rank_s * 1e3, model.control_allreduces, epoch);
     out["ring"] = {{"latency_s", fit.ring.latency_s},
                    {"bytes_per_s", fit.ring.bytes_per_s},
                    {"ranks", fit.ranks},
@@ -214,8 +224,10 @@ int run_forecast(const ForecastOptions& o) {
                       {"per_step_s", compute.per_step_s},
                       {"batch", batch},
                       {"rows_touched", model.rows_touched},
-                      {"sparse_scan_s", model.sparse_work.scan_s},
-                      {"sparse_per_rank_s", model.sparse_work.per_rank_s},
+                      {"lookups", model.lookups},
+                      {"row_sparse", model.row_sparse},
+                      {"sparse_scan_s", work.scan_s},
+                      {"sparse_per_rank_s", work.per_rank_s},
                       {"control_allreduces", model.control_allreduces},
                       {"epoch_samples", epoch}};
 

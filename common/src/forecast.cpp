@@ -272,7 +272,7 @@ Model deepfm_model(int64_t embedding_dim) {
   return out;
 }
 
-double measure_rows_touched(const std::string& data_dir, int64_t batch, uint64_t seed, int batches) {
+BatchRows measure_batch_rows(const std::string& data_dir, int64_t batch, uint64_t seed, int batches) {
   const data::Dataset ds(data_dir, data::Split::kTrain);
   const auto order = data::shuffled_order(ds.size(), seed, 0);
   const int64_t whole = static_cast<int64_t>(ds.size()) / batch;
@@ -280,12 +280,15 @@ double measure_rows_touched(const std::string& data_dir, int64_t batch, uint64_t
   if (count < 1) {
     throw ConfigError(fmt::format("{}: {} training samples hold no batch of {}", data_dir, ds.size(), batch));
   }
-  double sum = 0;
+  BatchRows out;
   for (int64_t b = 0; b < count; ++b) {
     const auto x = data::make_batch(ds, order.data() + b * batch, static_cast<size_t>(batch));
-    sum += static_cast<double>(std::get<0>(torch::_unique(x.rows)).numel());
+    out.distinct += static_cast<double>(std::get<0>(torch::_unique(x.rows)).numel());
+    out.lookups += static_cast<double>(x.rows.numel());
   }
-  return sum / static_cast<double>(count);
+  out.distinct /= static_cast<double>(count);
+  out.lookups /= static_cast<double>(count);
+  return out;
 }
 
 SparseWork measure_sparse_work(const Model& model, int reps) {
@@ -316,6 +319,79 @@ SparseWork measure_sparse_work(const Model& model, int reps) {
   }
   w.scan_s = median(scans);
   w.per_rank_s = median(adds);
+  return w;
+}
+
+namespace {
+
+/// A stand-in world of `n` ranks that all hold this rank's data: an all-gather copies the input to
+/// every slot, an all-reduce sums n copies. Enough to run the sparse rung's own work at n ranks
+/// without a transport (measure_row_sparse_work); its other collectives are never called.
+class Mirror final : public dist::Communicator {
+ public:
+  explicit Mirror(int n) : n_(n) {}
+  int rank() const override { return 0; }
+  int size() const override { return n_; }
+  void allreduce(torch::Tensor& t) override { t.mul_(n_); }
+  void broadcast(torch::Tensor&, int) override {}
+  void allgather(std::vector<torch::Tensor>& out, const torch::Tensor& in) override {
+    for (auto& o : out) o.copy_(in);
+  }
+  void all_to_all(torch::Tensor&, const torch::Tensor&) override { unused("all_to_all"); }
+  void all_to_all(torch::Tensor&, const torch::Tensor&, const std::vector<int64_t>&,
+                  const std::vector<int64_t>&) override {
+    unused("all_to_all");
+  }
+  void reduce_scatter(torch::Tensor&, const torch::Tensor&) override { unused("reduce_scatter"); }
+  void send(const torch::Tensor&, int, int) override { unused("send"); }
+  void recv(torch::Tensor&, int, int) override { unused("recv"); }
+  void barrier() override {}
+
+ private:
+  [[noreturn]] static void unused(const char* op) {
+    throw Error(fmt::format("forecast: the sparse rung's measurement called {}, which its stand-in world lacks", op));
+  }
+  int n_;
+};
+
+}  // namespace
+
+SparseWork measure_row_sparse_work(const Model& model, int reps) {
+  const auto k = std::max<int64_t>(1, static_cast<int64_t>(model.rows_touched));
+  const auto lookups = std::max<int64_t>(k, static_cast<int64_t>(model.lookups));
+  std::vector<torch::Tensor> tables, ids, vals;
+  for (const auto& s : model.shapes) {
+    if (!is_table(s)) continue;
+    tables.push_back(torch::zeros(s).requires_grad_(true));
+    // A backward's row-sparse gradient: `lookups` ids over k distinct rows, uncoalesced.
+    const torch::Tensor distinct = torch::randperm(s[0], torch::kInt64).narrow(0, 0, std::min(k, s[0]));
+    const torch::Tensor repeats =
+        distinct.index_select(0, torch::randint(distinct.size(0), {lookups - k}, torch::kInt64));
+    const torch::Tensor all = torch::cat({distinct, repeats});
+    ids.push_back(all.index_select(0, torch::randperm(all.size(0), torch::kInt64)).view({1, -1}));
+    vals.push_back(torch::randn({all.size(0), s[1]}));
+  }
+  if (tables.empty()) return {};
+  auto seconds_at = [&](int n) {
+    Mirror world(n);
+    auto sync = dist::make_grad_sync(dist::SyncStrategy::kSparse, world, tables);
+    for (size_t t = 0; t < tables.size(); ++t) {
+      tables[t].mutable_grad() = torch::sparse_coo_tensor(ids[t], vals[t], tables[t].sizes());
+    }
+    const auto t0 = StepTimer::Clock::now();
+    sync->before_backward();
+    sync->finish();
+    return seconds_since(t0);
+  };
+  (void)seconds_at(2);  // first use: allocations of the accumulators
+  std::vector<double> at2, at4;
+  for (int r = 0; r < std::max(1, reps); ++r) {
+    at2.push_back(seconds_at(2));
+    at4.push_back(seconds_at(4));
+  }
+  SparseWork w;
+  w.per_rank_s = std::max(0.0, (median(at4) - median(at2)) / 2);
+  w.scan_s = std::max(0.0, median(at2) - 2 * w.per_rank_s);
   return w;
 }
 
@@ -377,22 +453,29 @@ StepForecast predict(const Model& model, const Compute& compute, const Ring& rin
       const double k = model.rows_touched;
       const double max_density = dist::BucketOptions{}.sparse_max_density;
       std::vector<std::string> went_dense;
-      local += model.sparse_work.scan_s;
+      const SparseWork& work = model.row_sparse ? model.row_sparse_work : model.sparse_work;
+      local += work.scan_s;
       bool any_sparse = false;
+      if (model.row_sparse && !tables.empty()) gather(8.0 * static_cast<double>(tables.size()));  // the counts
+      double packed = 0;  // row-sparse: every table's ids (4 bytes) and rows, in one all-gather
       for (const auto& t : tables) {
         const double rows = static_cast<double>(t[0]), cols = static_cast<double>(t[1]);
         // The row count, always; then the rows, unless all ranks' rows could cover half the table.
-        gather(8);
+        if (!model.row_sparse) gather(8);
         if (k * n > max_density * rows) {
           reduce(rows * cols * 4);
           went_dense.push_back(fmt::format("[{} x {}]", t[0], t[1]));
+        } else if (model.row_sparse) {
+          packed += k * (1 + cols) * 4;
+          any_sparse = true;
         } else {
           gather(k * 8);
           gather(k * cols * 4);
           any_sparse = true;
         }
       }
-      if (any_sparse) local += model.sparse_work.per_rank_s * n;
+      if (packed > 0) gather(packed);
+      if (any_sparse) local += work.per_rank_s * n;
       if (!went_dense.empty()) {
         f.note = fmt::format("table(s) {} all-reduced densely: {} ranks x {:.0f} rows could pass half of it",
                              fmt::join(went_dense, ", "), n, k);

@@ -252,6 +252,40 @@ TEST(Forecast, SparseLocalWorkIsExposedAndGrowsWithTheRanksWhoseRowsAreAdded) {
   EXPECT_GT(measured.per_rank_s, 0);
 }
 
+TEST(Forecast, RowSparseGradientsTravelInTwoAllGathersWithTheirOwnWork) {
+  Model m = deepfm_model(16);
+  m.rows_touched = 1000;
+  m.lookups = 13000;
+  m.sparse_work = {3e-3, 1e-3};  // the search of dense gradients: not this path's work
+  const Ring ring{1e-4, 1e9};
+  const auto dense_grads = predict(m, some_compute(), ring, 2, 512, Rung::kSparse);
+  m.row_sparse = true;
+  const auto bare = predict(m, some_compute(), ring, 2, 512, Rung::kSparse);
+  int64_t tables = 0;
+  for (const auto& s : m.shapes) tables += s.size() == 2 && s[0] >= 4096 ? 1 : 0;
+  ASSERT_EQ(tables, 2) << "the course's DeepFM has two tables (the embeddings and the first-order weights)";
+  // Per table an all-gather of its count, its ids and its rows before; now two in all.
+  EXPECT_EQ(dense_grads.collectives - bare.collectives, 3 * tables - 2);
+  // The same counts and rows, the ids as 4 bytes instead of 8.
+  EXPECT_NEAR(dense_grads.bytes - bare.bytes, 4.0 * 1000 * static_cast<double>(tables), 1e-6);
+  m.row_sparse_work = {2e-3, 5e-4};
+  const auto worked = predict(m, some_compute(), ring, 2, 512, Rung::kSparse);
+  EXPECT_NEAR(worked.exposed_s - bare.exposed_s, 2e-3 + 2 * 5e-4, 1e-12) << "its own work, not the dense search's";
+  EXPECT_EQ(worked.comm_s, bare.comm_s);
+  EXPECT_EQ(predict(m, some_compute(), ring, 2, 512, Rung::kBucketed).collectives,
+            predict(deepfm_model(16), some_compute(), ring, 2, 512, Rung::kBucketed).collectives)
+      << "the other rungs send dense gradients whatever the optimizer";
+  // A table that all ranks' rows could cover half of is all-reduced, as before.
+  m.rows_touched = 1e6;
+  const auto crowded = predict(m, some_compute(), ring, 2, 512, Rung::kSparse);
+  EXPECT_NE(crowded.note.find("all-reduced densely"), std::string::npos) << crowded.note;
+
+  // Measured by running the runtime's own rung at 2 and 4 stand-in ranks.
+  m.rows_touched = 1000;
+  const SparseWork measured = measure_row_sparse_work(m, 1);
+  EXPECT_GT(measured.scan_s + measured.per_rank_s, 0);
+}
+
 TEST(Forecast, TheComputeOfOneRankIsItsMedianStepSplitByPhase) {
   nlohmann::json r = {{"world_size", 1},
                       {"config", {{"batch", 100}}},

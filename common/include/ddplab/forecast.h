@@ -107,11 +107,19 @@ struct SparseWork {
 /// the sparse rung, the embedding tables (as the runtime's SparseSync finds them) with the rows a
 /// batch of one rank touches; plus the job's own small collectives each step (lab 09's template
 /// all-reduces its stop flags every step: a SIGTERM on any rank, rank 0's budget alarm).
+///
+/// `row_sparse`: under the sparse rung the tables' gradients arrive row-sparse, as with the kit's
+/// one-pass Adam (`--adam fused`, DeepFMOptions::sparse_gradients): the rung then searches no dense
+/// gradient, and every table's rows travel together in two all-gathers (the per-table row counts,
+/// then the packed row ids and rows); its own work is `row_sparse_work`.
 struct Model {
   std::vector<std::vector<int64_t>> shapes;  ///< float32 parameters, parameters() order
   double rows_touched = 0;                   ///< distinct table rows in one rank's batch
+  double lookups = 0;                        ///< row ids in one rank's batch, repeats included
   int64_t control_allreduces = 0;            ///< 8-byte all-reduces a step besides the gradients'
   SparseWork sparse_work;                    ///< the sparse rung's local work (measure_sparse_work)
+  bool row_sparse = false;                   ///< the sparse rung on row-sparse gradients (see above)
+  SparseWork row_sparse_work;                ///< its local work (measure_row_sparse_work)
   int64_t parameters() const;
   double gradient_bytes() const;
 };
@@ -120,9 +128,21 @@ Model deepfm_model(int64_t embedding_dim);
 /// The sparse rung's local work for `model`'s tables at its rows_touched, timed on this machine
 /// with the runtime's operations (the median of `reps`).
 SparseWork measure_sparse_work(const Model& model, int reps = 5);
-/// The mean number of distinct embedding rows in `batches` batches of `batch` samples of the data
-/// set's training split, in the order of epoch 0's shuffle with `seed`.
-double measure_rows_touched(const std::string& data_dir, int64_t batch, uint64_t seed, int batches = 8);
+/// The row-sparse rung's local work for `model`'s tables at its rows_touched and lookups, timed on
+/// this machine by running the runtime's sparse rung itself on row-sparse gradients over a stand-in
+/// communicator whose every rank holds this rank's rows (at 2 and at 4 ranks: per_rank_s is what
+/// each further rank adds, scan_s the rest; the medians of `reps`). Every rank's rows being the same
+/// rows, the result lists k rows rather than up to n k: a slight underestimate of its building.
+SparseWork measure_row_sparse_work(const Model& model, int reps = 5);
+
+/// The embedding rows of a rank's batch: distinct, and looked up (repeats included).
+struct BatchRows {
+  double distinct = 0;
+  double lookups = 0;
+};
+/// The means over `batches` batches of `batch` samples of the data set's training split, in the
+/// order of epoch 0's shuffle with `seed`.
+BatchRows measure_batch_rows(const std::string& data_dir, int64_t batch, uint64_t seed, int batches = 8);
 
 /// The rungs the forecast models: dense all-reduce of DDP's buckets after backward, the same
 /// overlapped with backward, and the runtime's sparse rung (rows of the tables by all-gather).
@@ -162,7 +182,10 @@ struct Machine {
 /// exposes max(the last bucket, everything - backward) when the machine lets it hide. Sparse: the
 /// other parameters bucketed, and per table an all-gather of the row count, the row ids (int64)
 /// and the rows, or the table's all-reduce when the rows of all ranks could pass half of it
-/// (SparseSync's rule), plus its local work. Then the model's control all-reduces.
+/// (SparseSync's rule), plus its local work; with `model.row_sparse`, one all-gather of every
+/// table's row count and one of all tables' rows, each row with its 4-byte id (the tables that
+/// would pass half all-reduced as before), plus the row-sparse work. Then the model's control
+/// all-reduces.
 StepForecast predict(const Model& model, const Compute& compute, const Ring& ring, int ranks, int64_t batch, Rung rung,
                      const Machine& machine = {});
 
