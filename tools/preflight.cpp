@@ -5,6 +5,7 @@
 // you add nodes", the seeds' lesson). Exit status 0: ready; 1: not ready. Lab 09's handout.
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <memory>
 
@@ -85,8 +86,17 @@ int run_preflight(const PreflightOptions& o) {
   int failed = 0;
   nlohmann::json checks = nlohmann::json::array();
   for (const auto& c : v) {
-    auto show = [&](double x) { return c.percent ? fmt::format("{:.0f} %", 100 * x) : fmt::format("{:.2f}", x); };
-    const std::string value = show(c.value), bound = show(c.bound);
+    auto show = [&](double x, int digits) {
+      return c.percent ? fmt::format("{:.{}f} %", 100 * x, digits) : fmt::format("{:.{}f}", x, digits + 2);
+    };
+    const std::string bound = show(c.bound, 0);
+    std::string value = show(c.value, 0);
+    if (value == bound && !c.ok()) {
+      // Never "0.85 need >= 0.85 NOT READY": a value that fails by less than the rounding shows one
+      // more digit, cut toward the side it fails on (0.8497 -> 0.849).
+      const double cut = c.at_least ? std::floor(c.value * 1000) / 1000 : std::ceil(c.value * 1000) / 1000;
+      value = show(cut, 1);
+    }
     fmt::print("  {:<34} {:>6}   need {} {:<6} {}\n", c.what, value, c.at_least ? ">=" : "<=", bound,
                c.ok() ? "OK" : "NOT READY");
     if (!c.ok()) {

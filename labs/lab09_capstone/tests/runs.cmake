@@ -10,7 +10,7 @@ if(LAB_TREE STREQUAL "solutions")
                  ARGS --config ${PROJECT_SOURCE_DIR}/labs/lab09_capstone/template.toml --train-samples 4096
                       --eval-samples 1000 --log-every 4 --batch 128 --warmup-steps 4 --checkpoint-every 8
                  EXPECT "global batch 256; 16 optimizer steps an epoch" "cost: \\$[0-9.]+ so far"
-                 EQ status=ok config.sync=sparse config.precision=bf16 config.batch=128 config.warmup_steps=4
+                 EQ status=ok config.sync=sparse config.adam=fused config.precision=bf16 config.batch=128 config.warmup_steps=4
                     config.instance=c6i.large cost.metered=ON checkpoint.written=3)
   set(bad ${CMAKE_CURRENT_BINARY_DIR}/lab09_bad_config.toml)
   file(WRITE ${bad} "[train]\nbatch = 256\ncolour = \"blue\"\n")
