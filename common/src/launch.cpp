@@ -1097,13 +1097,15 @@ LaunchResult Job::run() {
       const auto& cores = cpus_[static_cast<size_t>(i)];
       placed.push_back(fmt::format("rank {} on core(s) {}", spec_.node_rank * spec_.nproc + i, cpu_list(cores)));
     }
-    message(fmt::format("started {} rank(s) of '{}' (world size {}){}, MASTER_ADDR={} MASTER_PORT={}; {}", spec_.nproc,
-                        program_path_, spec_.nproc * spec_.nnodes,
-                        mpi_ ? fmt::format(" through {} (--backend mpi)", mpirun_path_) : std::string(),
-                        resolved_.master_addr, resolved_.master_port,
-                        cpus_.front().empty()
-                            ? fmt::format("not bound to cores (--bind {})", cpu_bind_name(resolved_.bind))
-                            : fmt::format("{}", fmt::join(placed, ", "))));
+    message(
+        fmt::format("started {} rank(s) of '{}' (world size {}){}, MASTER_ADDR={} MASTER_PORT={}{}; {}", spec_.nproc,
+                    program_path_, spec_.nproc * spec_.nnodes,
+                    mpi_ ? fmt::format(" through {} (--backend mpi)", mpirun_path_) : std::string(),
+                    resolved_.master_addr, resolved_.master_port,
+                    mpi_ ? " (unused by the kit's ranks over MPI: rank 0 serves its store on a port the kernel picks)"
+                         : "",
+                    cpus_.front().empty() ? fmt::format("not bound to cores (--bind {})", cpu_bind_name(resolved_.bind))
+                                          : fmt::format("{}", fmt::join(placed, ", "))));
   }
   event_loop();
   kill_all_groups();
