@@ -67,27 +67,57 @@ void update_table(float* p, float* m, float* v, int64_t table_rows, const RowAcc
 
 }  // namespace
 
-void RowAccumulator::add(const int64_t* ids, const float* vals, int64_t k, int64_t width, int64_t table_rows,
-                         const std::string& what) {
-  if (rows_.empty()) width_ = width;
-  DDPLAB_CHECK(width == width_, fmt::format("{}: rows of width {} added to rows of width {}", what, width, width_));
-  if (static_cast<int64_t>(slot_.size()) < table_rows) slot_.resize(static_cast<size_t>(table_rows), -1);
+namespace {
+
+// The ids are known before their slots are read, and the slots of a 167,394-row table (654 KiB)
+// miss the cache at random: each is fetched this many ids ahead, so the misses overlap instead of
+// being paid one after another.
+constexpr int64_t kSlotPrefetch = 16;
+
+template <typename Id>
+void add_rows(std::vector<int32_t>& slot, std::vector<int64_t>& rows, std::vector<float>& sums, const Id* ids,
+              const float* vals, int64_t k, int64_t width, int64_t table_rows, const std::string& what) {
+  int32_t* slots = slot.data();
   for (int64_t i = 0; i < k; ++i) {
-    const int64_t r = ids[i];
+    if (i + kSlotPrefetch < k) {
+      const auto ahead = static_cast<int64_t>(ids[i + kSlotPrefetch]);
+      if (ahead >= 0 && ahead < table_rows) __builtin_prefetch(slots + ahead, 1);
+    }
+    const auto r = static_cast<int64_t>(ids[i]);
     if (r < 0 || r >= table_rows) {
       throw Error(fmt::format("{}: row id {} at position {} is outside the table's {} rows", what, r, i, table_rows));
     }
-    int32_t& s = slot_[static_cast<size_t>(r)];
+    int32_t& s = slots[r];
     const float* src = vals + i * width;
     if (s < 0) {
-      s = static_cast<int32_t>(rows_.size());
-      rows_.push_back(r);
-      sums_.insert(sums_.end(), src, src + width);
+      s = static_cast<int32_t>(rows.size());
+      rows.push_back(r);
+      sums.insert(sums.end(), src, src + width);
     } else {
-      float* dst = sums_.data() + static_cast<int64_t>(s) * width;
+      float* dst = sums.data() + static_cast<int64_t>(s) * width;
       for (int64_t j = 0; j < width; ++j) dst[j] += src[j];
     }
   }
+}
+
+}  // namespace
+
+void RowAccumulator::prepare(int64_t width, int64_t table_rows, const std::string& what) {
+  if (rows_.empty()) width_ = width;
+  DDPLAB_CHECK(width == width_, fmt::format("{}: rows of width {} added to rows of width {}", what, width, width_));
+  if (static_cast<int64_t>(slot_.size()) < table_rows) slot_.resize(static_cast<size_t>(table_rows), -1);
+}
+
+void RowAccumulator::add(const int64_t* ids, const float* vals, int64_t k, int64_t width, int64_t table_rows,
+                         const std::string& what) {
+  prepare(width, table_rows, what);
+  add_rows(slot_, rows_, sums_, ids, vals, k, width, table_rows, what);
+}
+
+void RowAccumulator::add(const int32_t* ids, const float* vals, int64_t k, int64_t width, int64_t table_rows,
+                         const std::string& what) {
+  prepare(width, table_rows, what);
+  add_rows(slot_, rows_, sums_, ids, vals, k, width, table_rows, what);
 }
 
 void RowAccumulator::clear() {

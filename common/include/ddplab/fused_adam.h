@@ -1,6 +1,7 @@
 #pragma once
 // torch::optim::Adam's algorithm in one pass over each parameter (issue 18: the optimizer took a
 // fifth of the single-rank step, sweeping the 10.7 MB embedding table six times per step).
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -20,6 +21,9 @@ class RowAccumulator {
   /// Throws ddplab::Error naming `what`, the position and the id when an id is out of range.
   void add(const int64_t* ids, const float* vals, int64_t k, int64_t width, int64_t table_rows,
            const std::string& what);
+  /// The same with 32-bit ids (the row ids the sparse sync sends).
+  void add(const int32_t* ids, const float* vals, int64_t k, int64_t width, int64_t table_rows,
+           const std::string& what);
   int64_t width() const noexcept { return width_; }
   /// The distinct rows, in order of first appearance, and their sums (rows().size() x width()).
   const std::vector<int64_t>& rows() const noexcept { return rows_; }
@@ -34,6 +38,8 @@ class RowAccumulator {
   void clear();
 
  private:
+  void prepare(int64_t width, int64_t table_rows, const std::string& what);
+
   std::vector<int32_t> slot_;
   std::vector<int64_t> rows_;
   std::vector<float> sums_;

@@ -202,9 +202,45 @@ class BucketedSync : public GradSync {
     }
   }
 
+  /// Makes every gradient a view of its place in its bucket's buffer (PyTorch DDP's
+  /// gradient_as_bucket_view), to be called before backward: backward then adds into the buffers
+  /// themselves (AccumulateGrad adds in place into a gradient that exists), so pack() has nothing
+  /// to copy in and unpack() nothing to copy out: two copies of every dense gradient a step fewer,
+  /// for one zeroing. A gradient the optimizer dropped (set to none) gets a zeroed slot; one that
+  /// holds a sum (accumulation micro-steps outside the views) is copied in once. A gradient that is
+  /// no longer the view at finish() (replaced by other code) is packed by copy, as without views.
+  void install_views() {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (is_view(i)) continue;
+      const torch::Tensor& p = params_[i];
+      // The slot's memory under a tensor of its own, not an autograd view of the buffer: torch's
+      // zero_grad() (1.13) detaches every gradient in place, and a view refuses detach_(). The
+      // deleter holds the buffer, so the gradient stays valid as long as anyone holds it.
+      const torch::Tensor s = slot(i);
+      torch::Tensor view = torch::from_blob(
+          s.data_ptr(), p.sizes(), [buffer = buffers_[bucket_of_[i]]](void*) {}, s.options());
+      const torch::Tensor& g = p.grad();
+      if (g.defined()) {
+        check_dense(g, i);
+        view.copy_(g);
+      } else {
+        view.zero_();
+      }
+      p.mutable_grad() = view;
+    }
+  }
+
  protected:
+  /// True when parameter i's gradient is its slot in the bucket buffer (install_views()).
+  bool is_view(size_t i) {
+    const torch::Tensor& g = params_[i].grad();
+    return g.defined() && !g.is_sparse() && g.data_ptr() == slot(i).data_ptr() && g.numel() == params_[i].numel() &&
+           g.is_contiguous();
+  }
+
   /// Copies parameter i's gradient (zeros if it has none) into its place in its bucket's buffer.
   void pack(size_t i) {
+    if (is_view(i)) return;  // backward wrote it there
     const torch::Tensor& g = params_[i].grad();
     torch::Tensor dst = slot(i);
     if (!g.defined()) {
@@ -219,6 +255,7 @@ class BucketedSync : public GradSync {
   void unpack(size_t b) {
     average_(buffers_[b], comm_.size());
     for (size_t i : buckets_[b].params) {
+      if (is_view(i)) continue;  // the average is in place
       const torch::Tensor& p = params_[i];
       const torch::Tensor src = slot(i).view(p.sizes());
       torch::Tensor& g = p.mutable_grad();
@@ -415,6 +452,10 @@ class SparseSync final : public GradSync {
     return out;
   }
 
+  void arm() override {
+    if (dense_) dense_->install_views();
+  }
+
   void reduce() override {
     if (dense_) {
       dense_->before_backward();  // opens a step on the inner sync (arms nothing: not overlapped)
@@ -488,7 +529,6 @@ class SparseSync final : public GradSync {
   // than sparse_max_density of it is densified and allreduced, as on the dense path.
   void reduce_row_sparse(int world) {
     const size_t n_tables = tables_.size();
-    std::vector<torch::Tensor> ids(n_tables), vals(n_tables);
     torch::Tensor counts = torch::zeros({static_cast<int64_t>(n_tables)}, torch::kInt64);
     for (size_t t = 0; t < n_tables; ++t) {
       const torch::Tensor& p = params_[tables_[t]];
@@ -505,9 +545,6 @@ class SparseSync final : public GradSync {
       acc.clear();
       acc.add(in_ids.data_ptr<int64_t>(), in_vals.data_ptr<float>(), in_ids.numel(), p.size(1), p.size(0),
               fmt::format("grad sync: table {}", tables_[t]));
-      ids[t] = torch::tensor(std::vector<int32_t>(acc.rows().begin(), acc.rows().end()), torch::kInt32);
-      vals[t] =
-          torch::from_blob(acc.sums().data(), {static_cast<int64_t>(acc.rows().size()), p.size(1)}, torch::kFloat);
       counts[static_cast<int64_t>(t)] = static_cast<int64_t>(acc.rows().size());
     }
     std::vector<torch::Tensor> all_counts(static_cast<size_t>(world));
@@ -543,14 +580,22 @@ class SparseSync final : public GradSync {
       }
       return;
     }
-    torch::Tensor send = torch::zeros({packed}, torch::kFloat);
+    // Packed straight from the accumulators: per table max_k 32-bit ids (their bits in floats),
+    // then max_k rows; a table's padding past this rank's count is zeros.
+    torch::Tensor send = torch::empty({packed}, torch::kFloat);
+    float* out = send.data_ptr<float>();
     int64_t at = 0;
     for (size_t t = 0; t < n_tables; ++t) {
       if (dense[t]) continue;
+      const optim::RowAccumulator& acc = local_[t];
       const int64_t w = params_[tables_[t]].size(1);
-      const int64_t k = ids[t].numel();
-      send.narrow(0, at, k).copy_(ids[t].view(torch::kFloat));  // the ids' bits, not their values
-      send.narrow(0, at + max_k[t], k * w).copy_(vals[t].reshape({-1}));
+      const auto k = static_cast<int64_t>(acc.rows().size());
+      auto* ids = reinterpret_cast<int32_t*>(out + at);
+      for (int64_t i = 0; i < k; ++i) ids[i] = static_cast<int32_t>(acc.rows()[static_cast<size_t>(i)]);
+      std::fill(ids + k, ids + max_k[t], 0);
+      float* rows = out + at + max_k[t];
+      std::copy(acc.sums().begin(), acc.sums().begin() + k * w, rows);
+      std::fill(rows + k * w, rows + max_k[t] * w, 0.0f);
       at += max_k[t] * (1 + w);
     }
     std::vector<torch::Tensor> recv(static_cast<size_t>(world));
@@ -567,17 +612,17 @@ class SparseSync final : public GradSync {
       for (int r = 0; r < world; ++r) {
         const int64_t k = k_of[static_cast<size_t>(r)][t];
         if (k == 0) continue;
-        const torch::Tensor part = recv[static_cast<size_t>(r)];
-        const torch::Tensor row_ids = part.narrow(0, at, k).view(torch::kInt32).to(torch::kInt64);
-        const torch::Tensor rows = part.narrow(0, at + max_k[t], k * w).contiguous();
-        acc.add(row_ids.data_ptr<int64_t>(), rows.data_ptr<float>(), k, w, p.size(0),
+        const float* part = recv[static_cast<size_t>(r)].data_ptr<float>() + at;
+        acc.add(reinterpret_cast<const int32_t*>(part), part + max_k[t], k, w, p.size(0),
                 fmt::format("grad sync: table {} from rank {}", tables_[t], r));
       }
       at += max_k[t] * (1 + w);
-      const int64_t u = static_cast<int64_t>(acc.rows().size());
-      torch::Tensor out_ids = torch::tensor(acc.rows(), torch::kInt64).view({1, u});
-      torch::Tensor out_vals = torch::from_blob(acc.sums().data(), {u, w}, torch::kFloat).clone();
-      average_(out_vals, world);
+      const auto u = static_cast<int64_t>(acc.rows().size());
+      torch::Tensor out_ids = torch::empty({1, u}, torch::kInt64);
+      std::copy(acc.rows().begin(), acc.rows().end(), out_ids.data_ptr<int64_t>());
+      // The average in the copy out of the accumulator: one pass (the division average_ does).
+      const torch::Tensor out_vals =
+          torch::div(torch::from_blob(acc.sums().data(), {u, w}, torch::kFloat), static_cast<int64_t>(world));
       p.mutable_grad() = torch::sparse_coo_tensor(out_ids, out_vals, p.sizes());
     }
   }

@@ -1,6 +1,7 @@
 // The gradient sync ladder against its oracle: ranks as threads over real Gloo, different data per
 // rank; per-parameter allreduce is the reference every faster strategy must reproduce, and with
 // integer-valued weights and data the averaged gradient is checked exactly.
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -630,6 +631,69 @@ TEST_P(GradSyncSparse, TrainsLikePerParamWithBitIdenticalRanks) {
       pg.allgather(all, mine);
       for (int r = 0; r < world; ++r) EXPECT_TRUE(torch::equal(all[static_cast<size_t>(r)], mine)) << "rank " << r;
     }
+  });
+}
+
+// The sparse rung's dense gradients live in its buckets (gradient as bucket view): backward adds
+// into them, and the average is left there. Whatever the training loop does to a gradient between
+// steps — zero it in place (torch's zero_grad in 1.13), drop it (2.x's zero_grad, the one-pass
+// Adam), accumulate micro-steps outside the sync, replace it after backward — the result must be
+// the per-param rung's, exactly (integer gradients).
+TEST_P(GradSyncSparse, DenseGradientsLiveInTheBucketsWhateverTheLoopDoesToThem) {
+  const int world = GetParam();
+  run_sync_ranks(world, [](ProcessGroup& pg) {
+    TinyNet oracle_net, net;
+    init_params(*oracle_net, true);
+    init_params(*net, true);
+    auto oracle = make_grad_sync(SyncStrategy::kPerParam, pg, oracle_net->parameters());
+    auto sync = make_grad_sync(SyncStrategy::kSparse, pg, net->parameters(), kRowCaps);
+    // torch's own zero_grad (1.13: detach_() and zero_() in place, which an autograd view of the
+    // buffer would refuse; 2.x: set to none), then zeroing in place by hand.
+    torch::optim::SGD oracle_opt(oracle_net->parameters(), 0.1), opt(net->parameters(), 0.1);
+    const auto zero_in_place = [&](TinyNet& m) {
+      (m.ptr() == net.ptr() ? opt : oracle_opt).zero_grad();
+      for (auto& p : m->parameters()) {
+        if (p.grad().defined()) p.mutable_grad().zero_();
+      }
+    };
+    // Each case runs the same loop on both models, then compares their gradients.
+    const auto both = [&](const std::string& what, const std::function<void(TinyNet&, GradSync&)>& loop) {
+      SCOPED_TRACE(testing::Message() << what << ", rank " << pg.rank());
+      loop(oracle_net, *oracle);
+      loop(net, *sync);
+      EXPECT_EQ(compare(grads(*net), grads(*oracle_net), 0.0), "");
+    };
+    both("gradients set to none", [&](TinyNet& m, GradSync& s) {
+      clear_grads(*m);
+      synced_step(s, m, make_batch(pg.rank(), 0, 3, true));
+    });
+    // fc3.w and fc2.b share a bucket under kRowCaps (reverse order: fc3.b alone in the first
+    // 64-byte bucket, then 84 + 28 bytes): after the step their gradients lie end to end in its
+    // buffer. (Separately allocated tensors cannot: LibTorch's CPU allocator aligns to 64 bytes.)
+    const auto next_to = [](const torch::Tensor& a, const torch::Tensor& b) {
+      return static_cast<const char*>(a.data_ptr()) + a.numel() * 4 == static_cast<const char*>(b.data_ptr());
+    };
+    EXPECT_TRUE(next_to(net->fc3->weight.grad(), net->fc2->bias.grad()));
+    EXPECT_FALSE(next_to(oracle_net->fc3->weight.grad(), oracle_net->fc2->bias.grad()));
+    both("gradients zeroed in place", [&](TinyNet& m, GradSync& s) {
+      zero_in_place(m);
+      synced_step(s, m, make_batch(pg.rank(), 1, 3, true));
+    });
+    both("a micro-step accumulated outside the sync", [&](TinyNet& m, GradSync& s) {
+      clear_grads(*m);
+      {
+        auto guard = s.no_sync();
+        synced_step(s, m, make_batch(pg.rank(), 2, 2, true));
+      }
+      synced_step(s, m, make_batch(pg.rank(), 3, 2, true));
+    });
+    both("a gradient replaced after backward", [&](TinyNet& m, GradSync& s) {
+      zero_in_place(m);
+      s.before_backward();
+      m->loss(make_batch(pg.rank(), 4, 3, true)).backward();
+      m->fc1->weight.mutable_grad() = m->fc1->weight.grad() * 2.0f;  // out of place, as a clipping might be
+      s.finish();
+    });
   });
 }
 

@@ -23,6 +23,10 @@ namespace ddplab::dist {
 /// - kSparse:   embedding tables exchange only the rows this step touched (allgather of row ids
 ///              and rows, summed locally); every other parameter goes through kBucketed. For
 ///              DeepFM at batch 512 that is ~1 MB per rank instead of 13.4 MB (gradient-sync.md).
+///              From before_backward() on, the other parameters' gradients are views of its bucket
+///              buffers (PyTorch DDP's gradient_as_bucket_view): backward adds into the buffers and
+///              the average stays there, with no copy in or out; a gradient kept across steps is
+///              overwritten by the next one (clone() it to keep it).
 enum class SyncStrategy { kPerParam, kBucketed, kOverlap, kSparse };
 
 /// "per-param", "bucketed" or "overlap"; anything else is a ConfigError naming --sync and the value.
