@@ -109,7 +109,13 @@ void GradSync::before_backward(const torch::Tensor& loss) {
   step_open_ = true;
   start_ = comm_.stats();
   root_ = loss;
-  arm();
+  try {
+    arm();
+  } catch (...) {  // the step never opened: the next before_backward() must not say "twice"
+    step_open_ = false;
+    root_ = torch::Tensor();
+    throw;
+  }
 }
 
 void GradSync::finish() {
@@ -208,20 +214,21 @@ class BucketedSync : public GradSync {
   /// to copy in and unpack() nothing to copy out: two copies of every dense gradient a step fewer,
   /// for one zeroing. A gradient the optimizer dropped (set to none) gets a zeroed slot; one that
   /// holds a sum (accumulation micro-steps outside the views) is copied in once. A gradient that is
-  /// no longer the view at finish() (replaced by other code) is packed by copy, as without views.
+  /// no longer the view at finish() (replaced by other code) is packed by copy, as without views;
+  /// so is one that is not a dense gradient of the parameter's shape (pack() says what is wrong).
   void install_views() {
     for (size_t i = 0; i < params_.size(); ++i) {
       if (is_view(i)) continue;
       const torch::Tensor& p = params_[i];
+      const torch::Tensor& g = p.grad();
+      if (g.defined() && (g.is_sparse() || g.sizes() != p.sizes())) continue;
       // The slot's memory under a tensor of its own, not an autograd view of the buffer: torch's
       // zero_grad() (1.13) detaches every gradient in place, and a view refuses detach_(). The
       // deleter holds the buffer, so the gradient stays valid as long as anyone holds it.
       const torch::Tensor s = slot(i);
       torch::Tensor view = torch::from_blob(
           s.data_ptr(), p.sizes(), [buffer = buffers_[bucket_of_[i]]](void*) {}, s.options());
-      const torch::Tensor& g = p.grad();
       if (g.defined()) {
-        check_dense(g, i);
         view.copy_(g);
       } else {
         view.zero_();

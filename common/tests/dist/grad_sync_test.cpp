@@ -636,22 +636,20 @@ TEST_P(GradSyncSparse, TrainsLikePerParamWithBitIdenticalRanks) {
 
 // The sparse rung's dense gradients live in its buckets (gradient as bucket view): backward adds
 // into them, and the average is left there. Whatever the training loop does to a gradient between
-// steps — zero it in place (torch's zero_grad in 1.13), drop it (2.x's zero_grad, the one-pass
-// Adam), accumulate micro-steps outside the sync, replace it after backward — the result must be
-// the per-param rung's, exactly (integer gradients).
+// steps — drop it (2.x's zero_grad, the one-pass Adam), zero it in place (by hand, or torch's
+// zero_grad in 1.13), accumulate micro-steps outside the sync, replace it after backward — the
+// result must be the per-param rung's, exactly (integer gradients). "side" and "unused" get no
+// gradient: zeros.
 TEST_P(GradSyncSparse, DenseGradientsLiveInTheBucketsWhateverTheLoopDoesToThem) {
   const int world = GetParam();
   run_sync_ranks(world, [](ProcessGroup& pg) {
-    TinyNet oracle_net, net;
+    TinyNet oracle_net(true), net(true);
     init_params(*oracle_net, true);
     init_params(*net, true);
     auto oracle = make_grad_sync(SyncStrategy::kPerParam, pg, oracle_net->parameters());
     auto sync = make_grad_sync(SyncStrategy::kSparse, pg, net->parameters(), kRowCaps);
-    // torch's own zero_grad (1.13: detach_() and zero_() in place, which an autograd view of the
-    // buffer would refuse; 2.x: set to none), then zeroing in place by hand.
     torch::optim::SGD oracle_opt(oracle_net->parameters(), 0.1), opt(net->parameters(), 0.1);
-    const auto zero_in_place = [&](TinyNet& m) {
-      (m.ptr() == net.ptr() ? opt : oracle_opt).zero_grad();
+    const auto zero_by_hand = [](TinyNet& m) {
       for (auto& p : m->parameters()) {
         if (p.grad().defined()) p.mutable_grad().zero_();
       }
@@ -667,30 +665,46 @@ TEST_P(GradSyncSparse, DenseGradientsLiveInTheBucketsWhateverTheLoopDoesToThem) 
       clear_grads(*m);
       synced_step(s, m, make_batch(pg.rank(), 0, 3, true));
     });
-    // fc3.w and fc2.b share a bucket under kRowCaps (reverse order: fc3.b alone in the first
-    // 64-byte bucket, then 84 + 28 bytes): after the step their gradients lie end to end in its
-    // buffer. (Separately allocated tensors cannot: LibTorch's CPU allocator aligns to 64 bytes.)
+    // fc3.w and fc2.b share a bucket under kRowCaps (reverse order: unused.b, unused.w and side.b
+    // fill the first 64-byte bucket, then side.w, fc3.b, fc3.w and fc2.b): after the step their
+    // gradients lie end to end in its buffer. (Separately allocated tensors cannot: LibTorch's CPU
+    // allocator aligns to 64 bytes.)
     const auto next_to = [](const torch::Tensor& a, const torch::Tensor& b) {
       return static_cast<const char*>(a.data_ptr()) + a.numel() * 4 == static_cast<const char*>(b.data_ptr());
     };
     EXPECT_TRUE(next_to(net->fc3->weight.grad(), net->fc2->bias.grad()));
     EXPECT_FALSE(next_to(oracle_net->fc3->weight.grad(), oracle_net->fc2->bias.grad()));
-    both("gradients zeroed in place", [&](TinyNet& m, GradSync& s) {
-      zero_in_place(m);
+    // The buffers hold the last average here: zeroing must reach them.
+    both("gradients zeroed in place by hand", [&](TinyNet& m, GradSync& s) {
+      zero_by_hand(m);
       synced_step(s, m, make_batch(pg.rank(), 1, 3, true));
+    });
+    // 1.13: detach_() and zero_() in place (an autograd view of the buffer would refuse
+    // detach_()); 2.x: set to none.
+    both("torch's zero_grad", [&](TinyNet& m, GradSync& s) {
+      (m.ptr() == net.ptr() ? opt : oracle_opt).zero_grad();
+      synced_step(s, m, make_batch(pg.rank(), 2, 3, true));
     });
     both("a micro-step accumulated outside the sync", [&](TinyNet& m, GradSync& s) {
       clear_grads(*m);
       {
         auto guard = s.no_sync();
-        synced_step(s, m, make_batch(pg.rank(), 2, 2, true));
+        synced_step(s, m, make_batch(pg.rank(), 3, 2, true));
       }
-      synced_step(s, m, make_batch(pg.rank(), 3, 2, true));
+      synced_step(s, m, make_batch(pg.rank(), 4, 2, true));
+    });
+    both("a micro-step accumulated into the buffers", [&](TinyNet& m, GradSync& s) {
+      zero_by_hand(m);
+      {
+        auto guard = s.no_sync();
+        synced_step(s, m, make_batch(pg.rank(), 5, 2, true));
+      }
+      synced_step(s, m, make_batch(pg.rank(), 6, 2, true));
     });
     both("a gradient replaced after backward", [&](TinyNet& m, GradSync& s) {
-      zero_in_place(m);
+      zero_by_hand(m);
       s.before_backward();
-      m->loss(make_batch(pg.rank(), 4, 3, true)).backward();
+      m->loss(make_batch(pg.rank(), 7, 3, true)).backward();
       m->fc1->weight.mutable_grad() = m->fc1->weight.grad() * 2.0f;  // out of place, as a clipping might be
       s.finish();
     });
@@ -781,11 +795,13 @@ TEST_P(GradSyncRowSparse, AveragesLikeTheDenseRungInTwoAllgathersAndTrainsAlike)
     const int64_t rows = ddplab::data::kTotalRows;
     for (int step = 0; step < 3; ++step) {
       SCOPED_TRACE(testing::Message() << "rank " << pg.rank() << ", step " << step);
-      // Rows repeated within a rank (i % 97) and shared across ranks (the same pattern, shifted
-      // on every other rank).
+      // Rows repeated within a rank (i % (97 + 13 x rank): each rank a different number of
+      // distinct rows, so the packed rows of all but the last rank are padded) and shared across
+      // ranks (the same pattern, shifted on every other rank).
       const auto i = torch::arange(n * ddplab::data::kNumSparse, torch::kInt64);
-      const torch::Tensor ids = torch::remainder(torch::remainder(i, 97) * 7919 + (pg.rank() + step) % 2 * 104729, rows)
-                                    .view({n, ddplab::data::kNumSparse});
+      const torch::Tensor ids =
+          torch::remainder(torch::remainder(i, 97 + 13 * pg.rank()) * 7919 + (pg.rank() + step) % 2 * 104729, rows)
+              .view({n, ddplab::data::kNumSparse});
       const torch::Tensor dense = torch::sin(torch::arange(n * ddplab::data::kNumDense, torch::kFloat32) +
                                              3.0f * static_cast<float>(pg.rank() + step))
                                       .view({n, ddplab::data::kNumDense});
