@@ -133,7 +133,8 @@ int run_doctor(const DoctorOptions& o) {
       fmt::print(
           "              OpenBLAS chose its {} kernels, older than this CPU supports (it did not recognise the\n"
           "              CPU's model, as under many hypervisors). ddplab launch, the grader, the benchmarks and\n"
-          "              ./kit set OPENBLAS_CORETYPE={} for the programs they start; for a lab run directly:\n"
+          "              ./kit set OPENBLAS_CORETYPE={} for the programs they start, and a lab run directly\n"
+          "              restarts itself with it; for other programs (your own, a Python torch):\n"
           "              export OPENBLAS_CORETYPE={}\n",
           blas.core, better_core, better_core);
     }

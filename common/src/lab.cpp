@@ -1,6 +1,7 @@
 // Shared lab scaffolding: set-up, the lab's own flags, joining the job, the epoch loop's
 // bookkeeping, and the end-of-run summary and report.
 #include "ddplab/lab.h"
+#include "ddplab/openblas_kernels.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -127,9 +128,16 @@ LabRun::LabRun(std::string lab, LabOptions opts, nlohmann::json lab_flags)
   cfg["local_rank"] = env_.local_rank;
   report_.set_config(cfg);
   report_.set_device(device_.str(), opts_.threads);
-  log::info0("{}: {} training and {} test samples from {}, batch {} x {} rank(s), lr {:.3g}, device {}, {} thread(s)",
+  // The BLAS kernels too: OpenBLAS's fallback for a CPU model it does not know runs a step ~3x slower.
+  const std::string kernels = sys::openblas_kernels();
+  const std::string better = sys::better_openblas_coretype();
+  log::info0("{}: {} training and {} test samples from {}, batch {} x {} rank(s), lr {:.3g}, device {}, {} thread(s){}",
              lab_, train_size_, eval_size_, opts_.data, opts_.batch, env_.world_size, lr(), device_.str(),
-             opts_.threads);
+             opts_.threads,
+             kernels.empty() ? ""
+             : better.empty()
+                 ? fmt::format(", OpenBLAS {} kernels", kernels)
+                 : fmt::format(", OpenBLAS {} kernels (older than this CPU's {}: see ddplab doctor)", kernels, better));
   if (env_.distributed()) log::info("{}", env_.describe());
 }
 
@@ -527,6 +535,8 @@ void LabRun::write_trace(const std::string& status, const std::string& message) 
 }
 
 int run_lab(const LabProgram& program, int argc, char** argv) {
+  // Before anything is read or written: a restart repeats the process from here.
+  sys::restart_with_better_openblas_coretype(argv);
   CLI::App app{program.description, program.name};
   LabOptions opts;
   add_lab_options(app, opts);

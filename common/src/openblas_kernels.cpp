@@ -2,6 +2,7 @@
 #include "ddplab/openblas_kernels.h"
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -76,6 +77,19 @@ std::string adopt_better_openblas_coretype(bool load_system_blas) {
   if (!core.empty()) ::setenv("OPENBLAS_CORETYPE", core.c_str(), 0);
   if (blas != nullptr) ::dlclose(blas);
   return core;
+}
+
+std::string openblas_kernels() {
+  const CoreName corename = loaded_corename();
+  return corename == nullptr ? "" : std::string(corename());
+}
+
+void restart_with_better_openblas_coretype(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // chosen by someone, or this is the restart
+  const std::string core = better_for(loaded_corename());
+  if (core.empty()) return;
+  ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the kernels loaded
 }
 
 }  // namespace ddplab::sys

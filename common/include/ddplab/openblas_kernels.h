@@ -25,4 +25,16 @@ std::string better_openblas_coretype();
 /// has. Returns what it set, or "".
 std::string adopt_better_openblas_coretype(bool load_system_blas = false);
 
+/// The kernels the OpenBLAS this process has loaded runs ("SkylakeX", "Zen", "Prescott"), "" when
+/// none is loaded (the pip wheel links MKL).
+std::string openblas_kernels();
+
+/// For a lab run directly, which no launcher, grader or ./kit has given OPENBLAS_CORETYPE: when the
+/// OpenBLAS this process loaded chose older kernels than the CPU supports, sets OPENBLAS_CORETYPE to
+/// the better ones and executes this program again with the same arguments, so that OpenBLAS
+/// chooses at load (a lab 09 step at batch 256 on the Intel 2-core VM: 30 ms as Prescott, 10.5 as
+/// SkylakeX). Returns when there is nothing to do (set already, chosen well, no OpenBLAS) or the
+/// exec failed; the variable then stays set for the programs this one starts.
+void restart_with_better_openblas_coretype(char** argv);
+
 }  // namespace ddplab::sys
