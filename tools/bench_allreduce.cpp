@@ -52,8 +52,9 @@ int run_bench_allreduce(const BenchAllreduceOptions& o) {
   const bool root = pg->rank() == 0;
   if (root) {
     fmt::print(
-        "# ddplab bench allreduce: {} rank(s), backend {}, device {}, float32 sum, {} iterations after {} warm-up\n", n,
-        pg->backend_name(), device.str(), o.iters, o.warmup);
+        "# ddplab bench allreduce: {} rank(s), backend {}{}, device {}, float32 sum, {} iterations after {} warm-up\n",
+        n, pg->backend_name(), pg->allreduce_algorithm().empty() ? "" : " (" + pg->allreduce_algorithm() + ")",
+        device.str(), o.iters, o.warmup);
     fmt::print(
         "# busbw = algbw * 2(n-1)/n; time: the slowest rank's mean per call, each call started after a barrier\n");
     fmt::print("{:>12} {:>12} {:>11} {:>10} {:>10} {:>7}\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
@@ -119,9 +120,10 @@ int run_bench_allreduce(const BenchAllreduceOptions& o) {
     }
   }
   if (root && !o.json.empty()) {
-    const nlohmann::json j =
-        {{"benchmark", "allreduce"}, {"ranks", n},           {"backend", backend}, {"device", device.str()},
-         {"iterations", o.iters},    {"wrong", wrong_total}, {"rows", rows}};
+    const nlohmann::json j = {{"benchmark", "allreduce"}, {"ranks", n},
+                              {"backend", backend},       {"allreduce_algorithm", pg->allreduce_algorithm()},
+                              {"device", device.str()},   {"iterations", o.iters},
+                              {"wrong", wrong_total},     {"rows", rows}};
     write_file_atomic(o.json, j.dump(2) + "\n");
   }
   return wrong_total == 0 ? 0 : 1;

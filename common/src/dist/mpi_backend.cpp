@@ -216,7 +216,7 @@ bool check_from_env() {
 
 void mpi_init_for(int rank, int size) {
   static std::once_flag once;
-  std::call_once(once, [] {
+  std::call_once(once, [size] {
     if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMIX_RANK") == nullptr) {
       throw ConfigError(
           "--backend mpi: this process was not started by mpirun (no OMPI_COMM_WORLD_SIZE): Open MPI starts the "
@@ -227,6 +227,14 @@ void mpi_init_for(int rank, int size) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
+      // The kit's all-reduces are non-blocking (MPI_Iallreduce: Open MPI's libnbc, not its tuned
+      // blocking collectives). Left to itself libnbc 4.1 sends the whole buffer both ways at 2 ranks;
+      // its ring (reduce-scatter, then all-gather: lab 04's model) halves the bytes each rank moves.
+      // `ddplab bench allreduce`, 2 ranks on the 2-core VM, 2026-12-07: 1 MiB 368-446 us -> 180-186,
+      // 4 MiB 1.45-1.50 ms -> 0.67-0.74, 4 KiB 9.6-12.2 us -> 6.1-6.2, <= 1 KiB the same (3.6-5.8 us).
+      // At 4 ranks on 2 cores the ring was slower from 4 to 32 KiB (26 -> 44 us, 42 -> 66) and faster
+      // only at 4 MiB (786 -> 555 us), so there libnbc chooses. A value the user set is kept.
+      if (size == 2) ::setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
       int provided = 0;
       check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
       if (provided < MPI_THREAD_SERIALIZED) {
@@ -242,6 +250,25 @@ void mpi_init_for(int rank, int size) {
     throw ConfigError(fmt::format("--backend mpi: MPI says rank {} of {}, the launcher's variables rank {} of {}",
                                   mpi_rank, mpi_size, rank, size));
   }
+}
+
+std::string mpi_allreduce_algorithm() {
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) return "unknown";
+  std::string name = "unknown";
+  int index = -1, count = 0, value = -1;
+  MPI_T_cvar_handle handle{};
+  if (MPI_T_cvar_get_index("coll_libnbc_iallreduce_algorithm", &index) == MPI_SUCCESS &&
+      MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+    if (count == 1 && MPI_T_cvar_read(handle, &value) == MPI_SUCCESS) {
+      static const char* const names[] = {"libnbc's own choice", "ring", "binomial", "rabenseifner",
+                                          "recursive doubling"};
+      name = value >= 0 && value < 5 ? names[value] : fmt::format("libnbc algorithm {}", value);
+    }
+    MPI_T_cvar_handle_free(&handle);
+  }
+  MPI_T_finalize();
+  return name;
 }
 
 int mpi_share_from_rank0(int value, std::chrono::milliseconds timeout, const char* what) {

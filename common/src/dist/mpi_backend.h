@@ -27,6 +27,11 @@ namespace ddplab::dist {
 /// by mpirun (an MPI singleton of a job of several ranks) or the ranks disagree.
 void mpi_init_for(int rank, int size);
 
+/// The algorithm Open MPI's non-blocking all-reduce (libnbc) runs, as MPI's tool interface reads
+/// its setting: "ring" (what mpi_init_for chooses at 2 ranks), "libnbc's own choice", ... or
+/// "unknown" where the setting cannot be read. After mpi_init_for.
+std::string mpi_allreduce_algorithm();
+
 /// Rank 0's `value` on every rank (an MPI broadcast over MPI_COMM_WORLD, polled so that it gives up
 /// after `timeout` with an error naming what it waited for). After mpi_init_for. The mpi backend's
 /// ranks learn the port of rank 0's TCPStore this way: a port the launcher found free and let go of

@@ -226,6 +226,7 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<compat::Store> store, int rank, in
 #ifdef DDPLAB_HAVE_MPI
     backend_ = c10::make_intrusive<MpiBackend>(rank, size);
     backend_name_ = "mpi";
+    allreduce_algorithm_ = "Open MPI all-reduce: " + mpi_allreduce_algorithm();
     if (dynamic_cast<c10d::HashStore*>(store_.get()) != nullptr) {
       opts_.publish_interval = std::chrono::milliseconds(0);  // no store shared by the ranks
     }

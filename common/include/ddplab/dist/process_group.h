@@ -90,6 +90,9 @@ class ProcessGroup final : public Communicator {
 
   /// "gloo", "nccl" or "mpi".
   const std::string& backend_name() const noexcept { return backend_name_; }
+  /// How the backend's all-reduce runs where the kit chose it: "Open MPI all-reduce: ring" for mpi
+  /// (mpi_backend.cpp, mpi_init_for); "" for Gloo and NCCL.
+  const std::string& allreduce_algorithm() const noexcept { return allreduce_algorithm_; }
   /// Waits for every rank, then releases the backend and the store (idempotent).
   void shutdown();
   /// How many of Gloo's I/O threads this group put at SCHED_IDLE (0 for NCCL and MPI, or with
@@ -129,6 +132,7 @@ class ProcessGroup final : public Communicator {
   int idle_io_threads_ = 0;
   bool failed_ = false;  ///< a collective failed (timed out): the backend is aborted, not shut down
   std::string backend_name_;
+  std::string allreduce_algorithm_;
   c10::intrusive_ptr<compat::Store> store_;
   c10::intrusive_ptr<compat::Backend> backend_;
   ProcessGroupOptions opts_;
