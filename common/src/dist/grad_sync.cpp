@@ -184,9 +184,10 @@ class PerParamSync final : public GradSync {
 };
 
 // ---------------------------------------------------------------------------------------------
-// bucketed: gradients are copied into one flat buffer per bucket, so a step issues one collective
-// per bucket instead of one per tensor. The buffers are allocated once: a training step should
-// not allocate model-sized memory.
+// bucketed: gradients live in one flat buffer per bucket (each gradient a view of its slot, made
+// before backward; one replaced or dropped since is copied in), so a step issues one collective
+// per bucket instead of one per tensor, and copies nothing in or out. The buffers are allocated
+// once: a training step should not allocate model-sized memory.
 
 class BucketedSync : public GradSync {
  public:
@@ -273,6 +274,10 @@ class BucketedSync : public GradSync {
 
   torch::Tensor slot(size_t i) { return buffers_[bucket_of_[i]].narrow(0, offset_[i], params_[i].numel()); }
 
+  /// Before backward: the gradients become their slots (install_views()), as PyTorch DDP's
+  /// gradient_as_bucket_view, so neither rung copies a gradient in or out.
+  void arm() override { install_views(); }
+
   std::vector<torch::Tensor> buffers_;  // one flat buffer per bucket
   std::vector<size_t> bucket_of_;       // parameter -> bucket
   std::vector<int64_t> offset_;         // parameter -> first element in its bucket's buffer
@@ -342,6 +347,7 @@ class OverlapSync final : public BucketedSync {
   };
 
   void arm() override {
+    install_views();  // before the hooks are armed: backward then adds into the buckets
     std::lock_guard<std::mutex> lock(mu_);
     reset();
     armed_ = true;

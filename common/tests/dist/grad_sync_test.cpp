@@ -634,80 +634,101 @@ TEST_P(GradSyncSparse, TrainsLikePerParamWithBitIdenticalRanks) {
   });
 }
 
-// The sparse rung's dense gradients live in its buckets (gradient as bucket view): backward adds
-// into them, and the average is left there. Whatever the training loop does to a gradient between
-// steps — drop it (2.x's zero_grad, the one-pass Adam), zero it in place (by hand, or torch's
-// zero_grad in 1.13), accumulate micro-steps outside the sync, replace it after backward — the
-// result must be the per-param rung's, exactly (integer gradients). "side" and "unused" get no
-// gradient: zeros.
+// The dense gradients of the bucketed, overlap and sparse rungs live in their buckets (gradient as
+// bucket view): backward adds into them, and the average is left there. Whatever the training loop
+// does to a gradient between steps — drop it (2.x's zero_grad, the one-pass Adam), zero it in place
+// (by hand, or torch's zero_grad in 1.13), accumulate micro-steps outside the sync, replace it
+// after backward — the result must be the per-param rung's, exactly (integer gradients). "side"
+// and "unused" get no gradient: zeros.
+void dense_gradients_live_in_the_buckets(ProcessGroup& pg, SyncStrategy strategy) {
+  TinyNet oracle_net(true), net(true);
+  init_params(*oracle_net, true);
+  init_params(*net, true);
+  auto oracle = make_grad_sync(SyncStrategy::kPerParam, pg, oracle_net->parameters());
+  auto sync = make_grad_sync(strategy, pg, net->parameters(), kRowCaps);
+  torch::optim::SGD oracle_opt(oracle_net->parameters(), 0.1), opt(net->parameters(), 0.1);
+  const auto zero_by_hand = [](TinyNet& m) {
+    for (auto& p : m->parameters()) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+  };
+  // Each case runs the same loop on both models, then compares their gradients.
+  const auto both = [&](const std::string& what, const std::function<void(TinyNet&, GradSync&)>& loop) {
+    SCOPED_TRACE(testing::Message() << ddplab::dist::sync_strategy_name(strategy) << ": " << what << ", rank "
+                                    << pg.rank());
+    loop(oracle_net, *oracle);
+    loop(net, *sync);
+    EXPECT_EQ(compare(grads(*net), grads(*oracle_net), 0.0), "");
+  };
+  both("gradients set to none", [&](TinyNet& m, GradSync& s) {
+    clear_grads(*m);
+    synced_step(s, m, make_batch(pg.rank(), 0, 3, true));
+  });
+  // After the step the gradients of a bucket lie end to end in its buffer, in the bucket's order.
+  // (Separately allocated tensors cannot: LibTorch's CPU allocator aligns to 64 bytes.)
+  const auto end_to_end = [](const std::vector<torch::Tensor>& params, const std::vector<size_t>& bucket) {
+    for (size_t k = 1; k < bucket.size(); ++k) {
+      const torch::Tensor& a = params[bucket[k - 1]].grad();
+      const torch::Tensor& b = params[bucket[k]].grad();
+      if (static_cast<const char*>(a.data_ptr()) + a.numel() * 4 != static_cast<const char*>(b.data_ptr()))
+        return false;
+    }
+    return true;
+  };
+  int shared = 0;
+  for (const auto& bucket : sync->buckets()) {
+    if (bucket.params.size() < 2) continue;
+    ++shared;
+    EXPECT_TRUE(end_to_end(net->parameters(), bucket.params));
+    EXPECT_FALSE(end_to_end(oracle_net->parameters(), bucket.params));
+  }
+  EXPECT_GT(shared, 0) << "kRowCaps puts several tensors in a bucket";
+  // The buffers hold the last average here: zeroing must reach them.
+  both("gradients zeroed in place by hand", [&](TinyNet& m, GradSync& s) {
+    zero_by_hand(m);
+    synced_step(s, m, make_batch(pg.rank(), 1, 3, true));
+  });
+  // 1.13: detach_() and zero_() in place (an autograd view of the buffer would refuse
+  // detach_()); 2.x: set to none.
+  both("torch's zero_grad", [&](TinyNet& m, GradSync& s) {
+    (m.ptr() == net.ptr() ? opt : oracle_opt).zero_grad();
+    synced_step(s, m, make_batch(pg.rank(), 2, 3, true));
+  });
+  both("a micro-step accumulated outside the sync", [&](TinyNet& m, GradSync& s) {
+    clear_grads(*m);
+    {
+      auto guard = s.no_sync();
+      synced_step(s, m, make_batch(pg.rank(), 3, 2, true));
+    }
+    synced_step(s, m, make_batch(pg.rank(), 4, 2, true));
+  });
+  both("a micro-step accumulated into the buffers", [&](TinyNet& m, GradSync& s) {
+    zero_by_hand(m);
+    {
+      auto guard = s.no_sync();
+      synced_step(s, m, make_batch(pg.rank(), 5, 2, true));
+    }
+    synced_step(s, m, make_batch(pg.rank(), 6, 2, true));
+  });
+  // The overlap rung sends a bucket during backward: a gradient replaced after backward is not
+  // what it sent (as under PyTorch's DDP), so only the rungs that send after backward take it.
+  if (strategy == SyncStrategy::kOverlap) return;
+  both("a gradient replaced after backward", [&](TinyNet& m, GradSync& s) {
+    zero_by_hand(m);
+    s.before_backward();
+    m->loss(make_batch(pg.rank(), 7, 3, true)).backward();
+    m->fc1->weight.mutable_grad() = m->fc1->weight.grad() * 2.0f;  // out of place, as a clipping might be
+    s.finish();
+  });
+}
+
 TEST_P(GradSyncSparse, DenseGradientsLiveInTheBucketsWhateverTheLoopDoesToThem) {
-  const int world = GetParam();
-  run_sync_ranks(world, [](ProcessGroup& pg) {
-    TinyNet oracle_net(true), net(true);
-    init_params(*oracle_net, true);
-    init_params(*net, true);
-    auto oracle = make_grad_sync(SyncStrategy::kPerParam, pg, oracle_net->parameters());
-    auto sync = make_grad_sync(SyncStrategy::kSparse, pg, net->parameters(), kRowCaps);
-    torch::optim::SGD oracle_opt(oracle_net->parameters(), 0.1), opt(net->parameters(), 0.1);
-    const auto zero_by_hand = [](TinyNet& m) {
-      for (auto& p : m->parameters()) {
-        if (p.grad().defined()) p.mutable_grad().zero_();
-      }
-    };
-    // Each case runs the same loop on both models, then compares their gradients.
-    const auto both = [&](const std::string& what, const std::function<void(TinyNet&, GradSync&)>& loop) {
-      SCOPED_TRACE(testing::Message() << what << ", rank " << pg.rank());
-      loop(oracle_net, *oracle);
-      loop(net, *sync);
-      EXPECT_EQ(compare(grads(*net), grads(*oracle_net), 0.0), "");
-    };
-    both("gradients set to none", [&](TinyNet& m, GradSync& s) {
-      clear_grads(*m);
-      synced_step(s, m, make_batch(pg.rank(), 0, 3, true));
-    });
-    // fc3.w and fc2.b share a bucket under kRowCaps (reverse order: unused.b, unused.w and side.b
-    // fill the first 64-byte bucket, then side.w, fc3.b, fc3.w and fc2.b): after the step their
-    // gradients lie end to end in its buffer. (Separately allocated tensors cannot: LibTorch's CPU
-    // allocator aligns to 64 bytes.)
-    const auto next_to = [](const torch::Tensor& a, const torch::Tensor& b) {
-      return static_cast<const char*>(a.data_ptr()) + a.numel() * 4 == static_cast<const char*>(b.data_ptr());
-    };
-    EXPECT_TRUE(next_to(net->fc3->weight.grad(), net->fc2->bias.grad()));
-    EXPECT_FALSE(next_to(oracle_net->fc3->weight.grad(), oracle_net->fc2->bias.grad()));
-    // The buffers hold the last average here: zeroing must reach them.
-    both("gradients zeroed in place by hand", [&](TinyNet& m, GradSync& s) {
-      zero_by_hand(m);
-      synced_step(s, m, make_batch(pg.rank(), 1, 3, true));
-    });
-    // 1.13: detach_() and zero_() in place (an autograd view of the buffer would refuse
-    // detach_()); 2.x: set to none.
-    both("torch's zero_grad", [&](TinyNet& m, GradSync& s) {
-      (m.ptr() == net.ptr() ? opt : oracle_opt).zero_grad();
-      synced_step(s, m, make_batch(pg.rank(), 2, 3, true));
-    });
-    both("a micro-step accumulated outside the sync", [&](TinyNet& m, GradSync& s) {
-      clear_grads(*m);
-      {
-        auto guard = s.no_sync();
-        synced_step(s, m, make_batch(pg.rank(), 3, 2, true));
-      }
-      synced_step(s, m, make_batch(pg.rank(), 4, 2, true));
-    });
-    both("a micro-step accumulated into the buffers", [&](TinyNet& m, GradSync& s) {
-      zero_by_hand(m);
-      {
-        auto guard = s.no_sync();
-        synced_step(s, m, make_batch(pg.rank(), 5, 2, true));
-      }
-      synced_step(s, m, make_batch(pg.rank(), 6, 2, true));
-    });
-    both("a gradient replaced after backward", [&](TinyNet& m, GradSync& s) {
-      zero_by_hand(m);
-      s.before_backward();
-      m->loss(make_batch(pg.rank(), 7, 3, true)).backward();
-      m->fc1->weight.mutable_grad() = m->fc1->weight.grad() * 2.0f;  // out of place, as a clipping might be
-      s.finish();
-    });
+  run_sync_ranks(GetParam(), [](ProcessGroup& pg) { dense_gradients_live_in_the_buckets(pg, SyncStrategy::kSparse); });
+}
+
+TEST_P(GradSyncSparse, BucketedAndOverlapGradientsLiveInTheBucketsToo) {
+  run_sync_ranks(GetParam(), [](ProcessGroup& pg) {
+    for (SyncStrategy s : {SyncStrategy::kBucketed, SyncStrategy::kOverlap}) dense_gradients_live_in_the_buckets(pg, s);
   });
 }
 
