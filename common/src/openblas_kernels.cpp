@@ -85,10 +85,8 @@ std::string openblas_kernels() {
 }
 
 void restart_with_better_openblas_coretype(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return;  // chosen by someone, or this is the restart
-  const std::string core = better_for(loaded_corename());
-  if (core.empty()) return;
-  ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+  // Nothing set when the variable was (by someone, or this is the restart) or OpenBLAS chose well.
+  if (adopt_better_openblas_coretype().empty()) return;
   ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the kernels loaded
 }
 

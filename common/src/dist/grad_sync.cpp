@@ -248,6 +248,8 @@ class BucketedSync : public GradSync {
   /// that unpack() leaves the average in place.
   void pack(size_t i) {
     if (is_view(i)) return;  // backward wrote it there
+    const bool adopt = dropped_[i];
+    dropped_[i] = false;  // this step's: a finish() without before_backward() adopts nothing
     const torch::Tensor& p = params_[i];
     const torch::Tensor& g = p.grad();
     torch::Tensor dst = slot(i);
@@ -258,8 +260,7 @@ class BucketedSync : public GradSync {
     }
     check_dense(g, i);
     dst.view(g.sizes()).copy_(g);
-    if (dropped_[i]) p.mutable_grad() = view_of(i);
-    dropped_[i] = false;  // this step's: a finish() without before_backward() adopts nothing
+    if (adopt) p.mutable_grad() = view_of(i);
   }
 
   /// Averages bucket b's reduced buffer and copies it back into the gradients.
@@ -484,8 +485,7 @@ class SparseSync final : public GradSync {
 
   void reduce() override {
     if (dense_) {
-      dense_->before_backward();  // opens a step on the inner sync (arms nothing: not overlapped)
-      dense_->finish();
+      dense_->finish();  // its views were installed by arm(): a step of its own would install them again
     }
     const int world = comm_.size();
     if (!tables_.empty() && params_[tables_.front()].grad().defined() && params_[tables_.front()].grad().is_sparse()) {
